@@ -1,0 +1,133 @@
+"""LocalRuntime: a temporary git checkout on the host, for fast tests and for users without Docker.
+
+Commands run with bash on the host, each in its own session (process group); when the command exits or times out,
+the whole group is killed, so forked children never outlive the step (stateless commands). There is no isolation:
+use DockerRuntime for anything untrusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from environments.runtime import RuntimeBroken
+from environments.worktree import GitWorktreeRuntime, OutputBuffer, RawResult
+
+#: seconds to wait for the output pipe to close after the process group was killed
+_DRAIN_GRACE_S = 5.0
+
+
+def _git(*args: str, cwd: str | os.PathLike | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ValueError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def clone_checkout(source: str | os.PathLike, dest: str | os.PathLike, base_commit: str | None = None) -> str:
+    """Clone `source` (repository path, bare repository or URL) into `dest` at `base_commit`; return its sha.
+
+    Without `base_commit`, the source's HEAD is used; a source whose HEAD names no commit (a bare repository whose
+    default branch is missing) is an error listing the branches it has.
+    """
+    _git("clone", "--quiet", "--no-checkout", str(source), str(dest))
+    target = base_commit or "HEAD"
+    try:
+        sha = _git("rev-parse", "--verify", "--quiet", f"{target}^{{commit}}", cwd=dest)
+    except ValueError:
+        branches = _git("branch", "-r", "--format=%(refname:short)", cwd=dest).split()
+        hint = f"; its branches: {', '.join(branches[:5])}{' …' if len(branches) > 5 else ''}" if branches else ""
+        raise ValueError(
+            f"{source} has no commit {target!r}"
+            + (" (pass base_commit)" if base_commit is None else "")
+            + hint
+        ) from None
+    _git("checkout", "--quiet", "--detach", sha, cwd=dest)
+    return sha
+
+
+class LocalRuntime(GitWorktreeRuntime):
+    """A fresh clone of `source` at `base_commit` in a temporary folder; `close()` deletes it."""
+
+    def __init__(self, source: str | os.PathLike, base_commit: str | None = None) -> None:
+        self._root = tempfile.mkdtemp(prefix="pinpoint-local-")
+        self.workdir = os.path.join(self._root, "repo")
+        self._closed = False
+        try:
+            clone_checkout(source, self.workdir, base_commit)
+            self._snapshot()
+        except BaseException:
+            self.close()
+            raise
+
+    def _path(self, path: str) -> Path:
+        return Path(self.workdir, path)
+
+    def _check_open(self) -> None:
+        if self._closed or not os.path.isdir(self.workdir):
+            raise RuntimeBroken(f"local checkout {self.workdir} is closed or was deleted; create a new LocalRuntime")
+
+    def _exec(self, command: str, timeout: float, env: dict[str, str] | None = None) -> RawResult:
+        self._check_open()
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=self.workdir,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        buffer = OutputBuffer()
+        reader = threading.Thread(target=_pump, args=(proc.stdout, buffer), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+            reader.join(_DRAIN_GRACE_S)
+            if not reader.is_alive():  # a child that left the group (setsid) may still hold the pipe
+                proc.stdout.close()
+        return RawResult(None if timed_out else proc.returncode, buffer.getvalue(), timed_out,
+                         time.monotonic() - start)
+
+    def read_file(self, path: str) -> bytes:
+        self._check_open()
+        return self._path(path).read_bytes()
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        self._check_open()
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+    def reset(self) -> None:
+        self._check_open()
+        self._reset_tree()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _pump(stream, buffer: OutputBuffer) -> None:
+    while chunk := stream.read1(65536):
+        buffer.add(chunk)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
