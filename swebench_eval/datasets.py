@@ -1,0 +1,183 @@
+"""SWE-bench rows: load them from .jsonl / .jsonl.gz / .json / .parquet (or a hub dataset) and validate each one.
+
+Every later step trusts these fields, so a malformed row is rejected here with an error that names the file, the
+row number and the field, instead of failing halfway through an evaluation.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swebench_eval.paths import SHARED_DATA
+
+DEFAULT_DATASET = SHARED_DATA / "swebench_verified_dev.jsonl.gz"
+
+_REQUIRED_STR = ("instance_id", "repo", "base_commit", "patch", "test_patch", "version")
+_TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be read, or a row with a missing or malformed field."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One validated SWE-bench task instance (test lists already decoded from their JSON strings)."""
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    patch: str
+    test_patch: str
+    version: str
+    FAIL_TO_PASS: tuple[str, ...]
+    PASS_TO_PASS: tuple[str, ...]
+    environment_setup_commit: str
+    problem_statement: str = ""
+    hints_text: str = ""
+    created_at: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def owner_name(self) -> str:
+        """`owner__name`, the form repository archives and image names use."""
+        return self.repo.replace("/", "__")
+
+    def to_row(self) -> dict[str, Any]:
+        """The row in the official dataset shape (test lists as JSON strings)."""
+        row = dict(self.extra)
+        row.update(
+            instance_id=self.instance_id,
+            repo=self.repo,
+            base_commit=self.base_commit,
+            patch=self.patch,
+            test_patch=self.test_patch,
+            version=self.version,
+            FAIL_TO_PASS=json.dumps(list(self.FAIL_TO_PASS)),
+            PASS_TO_PASS=json.dumps(list(self.PASS_TO_PASS)),
+            environment_setup_commit=self.environment_setup_commit,
+            problem_statement=self.problem_statement,
+            hints_text=self.hints_text,
+            created_at=self.created_at,
+        )
+        return row
+
+
+def _test_list(value: Any, where: str, name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{where}: field {name!r} is not valid JSON ({exc.msg})") from None
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise DatasetError(f"{where}: field {name!r} must be a list of test names (or its JSON string)")
+    return tuple(value)
+
+
+def validate_row(row: Any, where: str) -> Instance:
+    """Turn one raw row into an Instance; `where` (e.g. 'data.jsonl row 7') prefixes every error."""
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected an object, got {type(row).__name__}")
+    for name in _REQUIRED_STR:
+        value = row.get(name)
+        if not isinstance(value, str) or (name != "patch" and not value.strip()):
+            got = "missing" if name not in row else f"{type(value).__name__} {value!r:.40}"
+            raise DatasetError(f"{where}: field {name!r} must be a non-empty string ({got})")
+    where = f"{where} ({row['instance_id']})"
+    if row["repo"].count("/") != 1:
+        raise DatasetError(f"{where}: field 'repo' must look like 'owner/name', got {row['repo']!r}")
+    if not row["test_patch"].lstrip().startswith(("diff --git", "--- ")):
+        raise DatasetError(f"{where}: field 'test_patch' is not a unified diff")
+    tests = {name: _test_list(row.get(name, "[]"), where, name) for name in _TEST_LISTS}
+    known = set(_REQUIRED_STR) | set(_TEST_LISTS) | {"environment_setup_commit", "problem_statement", "hints_text",
+                                                    "created_at"}
+    return Instance(
+        instance_id=row["instance_id"],
+        repo=row["repo"],
+        base_commit=row["base_commit"],
+        patch=row["patch"],
+        test_patch=row["test_patch"],
+        version=row["version"],
+        FAIL_TO_PASS=tests["FAIL_TO_PASS"],
+        PASS_TO_PASS=tests["PASS_TO_PASS"],
+        environment_setup_commit=row.get("environment_setup_commit") or row["base_commit"],
+        problem_statement=row.get("problem_statement") or "",
+        hints_text=row.get("hints_text") or "",
+        created_at=str(row.get("created_at") or ""),
+        extra={k: v for k, v in row.items() if k not in known},
+    )
+
+
+def _read_rows(source: str) -> Iterator[tuple[str, Any]]:
+    """Yield (location, raw row) from a local file, or from a hub dataset name when `source` is not a path."""
+    path = Path(source)
+    name = path.name
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        if not path.exists():
+            raise DatasetError(f"dataset file not found: {path}")
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield f"{name} line {number}", json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DatasetError(f"{name} line {number}: not valid JSON ({exc.msg})") from None
+    elif name.endswith(".json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DatasetError(f"cannot read {path}: {exc}") from None
+        if not isinstance(data, list):
+            raise DatasetError(f"{name}: expected a JSON list of rows")
+        yield from ((f"{name} row {i}", row) for i, row in enumerate(data, 1))
+    elif name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        if not path.exists():
+            raise DatasetError(f"dataset file not found: {path}")
+        yield from ((f"{name} row {i}", row) for i, row in enumerate(pq.read_table(path).to_pylist(), 1))
+    elif path.exists():
+        raise DatasetError(f"unsupported dataset format: {path} (use .jsonl, .jsonl.gz, .json or .parquet)")
+    else:  # a hub dataset such as princeton-nlp/SWE-bench_Verified[:split]
+        import datasets
+
+        hub_name, _, split = source.partition(":")
+        try:
+            rows = datasets.load_dataset(hub_name, split=split or "test")
+        except Exception as exc:  # the hub raises many types; the message is what the user needs
+            raise DatasetError(f"cannot load dataset {source!r}: not a local file, and the hub said: {exc}") from None
+        yield from ((f"{hub_name} row {i}", row) for i, row in enumerate(rows, 1))
+
+
+def load_instances(
+    path: str | Path | None = None,
+    ids: Iterable[str] | None = None,
+    repos: Iterable[str] | None = None,
+) -> list[Instance]:
+    """Load and validate every row; keep only `ids` / `repos` when given (unknown ids are an error)."""
+    source = str(path or DEFAULT_DATASET)
+    instances: list[Instance] = []
+    seen: set[str] = set()
+    for where, row in _read_rows(source):
+        instance = validate_row(row, where)
+        if instance.instance_id in seen:
+            raise DatasetError(f"{where}: duplicate instance_id {instance.instance_id!r}")
+        seen.add(instance.instance_id)
+        instances.append(instance)
+    if ids:
+        wanted = list(dict.fromkeys(ids))
+        missing = [i for i in wanted if i not in seen]
+        if missing:
+            raise DatasetError(f"instance ids not in {source}: {', '.join(missing)}")
+        instances = [i for i in instances if i.instance_id in set(wanted)]
+    if repos:
+        keep = set(repos)
+        instances = [i for i in instances if i.repo in keep]
+    return instances

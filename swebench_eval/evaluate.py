@@ -1,0 +1,188 @@
+"""Evaluate one patch on one instance, the way the official harness does: apply the patch (with its fallbacks), run
+the eval script in the instance container with a timeout, grade the log with the official parser and grader.
+
+Every outcome lands in one of these labels, so infrastructure trouble never counts as a model failure:
+model outcomes `resolved`, `unresolved`, `patch_failed` (no fallback could apply it); infrastructure outcomes
+`build_failed`, `container_failed`, `timeout`; and `no_test_output` (the log held no parseable test result: the
+official grader's "error", whose likely cause is recorded from swebench's infra classifier).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS, CONTAINER_PATCH_FILE
+
+from environments.runtime import Runtime, RuntimeFailure
+from swebench_eval.datasets import Instance
+from swebench_eval.grading import grade_log, recorded_exit_code
+from swebench_eval.scripts import TESTBED, eval_script
+from swebench_eval.specs import spec_for
+
+#: the official harness's fallbacks, in its order (swebench.harness.run_evaluation.GIT_APPLY_CMDS)
+GIT_APPLY_CMDS = (
+    "git apply --verbose",
+    "git apply --verbose --3way",
+    "git apply --verbose --reject",
+    "patch --batch --forward --fuzz=5 -p1 -i",
+)
+DEFAULT_TIMEOUT = 1800.0
+MODEL_OUTCOMES = ("resolved", "unresolved", "patch_failed", "no_test_output")
+INFRA_OUTCOMES = ("build_failed", "container_failed", "timeout")
+
+
+@dataclass
+class InstanceReport:
+    """The verdict on one (instance, patch) pair, plus what it cost."""
+
+    instance_id: str
+    outcome: str
+    report: dict[str, Any] = field(default_factory=dict)  # official shape: {instance_id: {...}}
+    test_exit_code: int | None = None
+    image: str = ""
+    python: str = ""
+    build_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    detail: str = ""
+    edit: dict[str, Any] = field(default_factory=dict)  # swebench_eval.metrics.edit_metrics against the gold patch
+
+    @property
+    def resolved(self) -> bool:
+        return self.outcome == "resolved"
+
+    @property
+    def infra_failure(self) -> bool:
+        return self.outcome in INFRA_OUTCOMES
+
+    def to_json(self) -> dict[str, Any]:
+        """report.json: the official report, with pinpoint's labels beside it under `pinpoint`."""
+        data = dict(self.report) or {self.instance_id: {"resolved": False}}
+        meta = asdict(self)
+        meta.pop("report")
+        data[self.instance_id] = {**data[self.instance_id], "pinpoint": meta}
+        return data
+
+
+def apply_patch(runtime: Runtime, patch: str, path: str = CONTAINER_PATCH_FILE) -> tuple[bool, str]:
+    """Apply `patch` with the official chain of fallbacks; restore a clean tree between attempts.
+
+    `path` is where the patch file goes: outside the working tree, or the cleanup between attempts deletes it."""
+    runtime.write_file(path, patch)
+    log = []
+    for attempt, command in enumerate(GIT_APPLY_CMDS):
+        if attempt:
+            runtime.run("git checkout -- . ; git clean -fd", timeout=120)
+        result = runtime.run(f"{command} {path}", timeout=120)
+        log.append(f"$ {command}\n{result.output}")
+        if result.ok:
+            return True, f"{APPLY_PATCH_PASS}:\n{result.output}"
+    runtime.run("git checkout -- . ; git clean -fd", timeout=120)  # leave no partial hunks or .rej files
+    if runtime.run(f"git apply --check --reverse {path}", timeout=120).ok:
+        return True, f"{APPLY_PATCH_PASS}: verified already applied"
+    return False, f"{APPLY_PATCH_FAIL}:\n" + "\n".join(log)
+
+
+def _write(out_dir: Path | None, name: str, text: str) -> None:
+    if out_dir is not None:
+        (out_dir / name).write_text(text)
+
+
+def evaluate_patch(
+    instance: Instance,
+    patch: str | None,
+    *,
+    runtime: Runtime | None = None,
+    image: str | None = None,
+    out_dir: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    model_name: str = "pinpoint",
+    sources=None,
+) -> InstanceReport:
+    """Grade `patch` on `instance`. With `runtime` (e.g. the agent's container) it is reset and reused; otherwise a
+    fresh container is started from the instance image (built first when `image` is not given).
+
+    An empty patch is not applied (git refuses empty input) and the tests run on the base commit: that is the
+    `--empty` check that the harness does not resolve an unfixed instance.
+    """
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    verdict = InstanceReport(instance.instance_id, outcome="container_failed", image=image or "")
+    own_runtime = runtime is None
+    try:
+        if runtime is None:
+            if image is None:
+                from environments.images import BuildError
+                from swebench_eval.images import build_instance_image
+
+                try:
+                    record = build_instance_image(instance, sources)
+                except (BuildError, OSError, KeyError, RuntimeError) as exc:
+                    verdict.outcome, verdict.detail = "build_failed", str(exc)[-4000:]
+                    _write(out_dir, "build_error.txt", str(exc))
+                    return verdict
+                image = verdict.image = record.tag
+                verdict.python = record.plan.python_used
+                verdict.build_seconds = record.env_seconds + record.instance_seconds
+            from environments.docker_runtime import DockerRuntime
+
+            runtime = DockerRuntime(image, workdir=TESTBED, network=False)
+        else:
+            runtime.reset()
+        return _run_in(runtime, instance, patch, verdict, out_dir, timeout, model_name)
+    except RuntimeFailure as exc:
+        verdict.outcome, verdict.detail = "container_failed", f"{type(exc).__name__}: {exc}"
+        return verdict
+    finally:
+        if own_runtime and runtime is not None:
+            runtime.close()
+
+
+def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: InstanceReport,
+            out_dir: Path | None, timeout: float, model_name: str) -> InstanceReport:
+    start = time.monotonic()
+    script = eval_script(instance, spec_for(instance))
+    _write(out_dir, "eval.sh", script)
+    if patch and patch.strip():
+        _write(out_dir, "patch.diff", patch)
+        applied, apply_log = apply_patch(runtime, patch)
+        _write(out_dir, "apply_patch.txt", apply_log)
+        if not applied:
+            verdict.outcome, verdict.detail = "patch_failed", apply_log[-2000:]
+            verdict.report = {instance.instance_id: {"patch_is_None": False, "patch_exists": True,
+                                                     "patch_successfully_applied": False, "resolved": False}}
+            verdict.eval_seconds = time.monotonic() - start
+            return verdict
+    runtime.write_file("/eval.sh", script)
+    result = runtime.run("/bin/bash /eval.sh", timeout=timeout)
+    log = result.output
+    if result.timed_out:
+        log += f"\n\nTimeout error: {timeout:g} seconds exceeded."
+    verdict.eval_seconds = time.monotonic() - start
+    verdict.test_exit_code = recorded_exit_code(log)
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = (out_dir or Path(tmp)) / "test_output.txt"
+        log_path.write_text(log)
+        verdict.report = grade_log(instance, log_path, patch or "", model_name)
+    verdict.outcome, verdict.detail = classify(verdict.report[instance.instance_id], result.timed_out, timeout)
+    return verdict
+
+
+def classify(entry: dict[str, Any], timed_out: bool, timeout: float = DEFAULT_TIMEOUT) -> tuple[str, str]:
+    """(outcome, detail) from the official report entry of a test run."""
+    if timed_out:
+        return "timeout", f"eval script exceeded {timeout:g}s"
+    if entry.get("resolved"):
+        return "resolved", ""
+    if entry.get("patch_successfully_applied"):
+        return "unresolved", ""
+    return "no_test_output", entry.get("infra_failure_reason", "") or "no test results between the markers"
+
+
+def write_report(verdict: InstanceReport, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(verdict.to_json(), indent=2))

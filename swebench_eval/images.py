@@ -1,0 +1,161 @@
+"""Layered images for SWE-bench instances: base (Python) -> env (repo + version) -> instance (source + install).
+
+Each tag ends in a hash of everything the layer is built from (its parent's tag, its script, its source commit),
+so a layer is rebuilt only when an input changes, and instances whose env inputs agree share one env layer.
+Building goes through `environments.images` (base images, build steps with the host CA bundle).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from environments.images import commit_build_step, ensure_base_image, image_exists
+
+from swebench_eval.datasets import Instance
+from swebench_eval.scripts import TESTBED, env_script, instance_script
+from swebench_eval.sources import RepoSources
+from swebench_eval.specs import env_inputs, python_version, spec_for
+
+LABEL = "pinpoint.swebench"
+ENV_REPO = "pinpoint-swe-env"
+INSTANCE_REPO = "pinpoint-swe-instance"
+ENV_BUILD_TIMEOUT = 3600
+INSTANCE_BUILD_TIMEOUT = 1800
+
+_tag_locks: dict[str, threading.Lock] = {}
+_guard = threading.Lock()
+
+
+def _lock(tag: str) -> threading.Lock:
+    with _guard:
+        return _tag_locks.setdefault(tag, threading.Lock())
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in text.lower())
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """The tags and scripts of one instance's three layers, computed without building anything."""
+
+    instance_id: str
+    python_requested: str
+    python_used: str
+    base_tag: str
+    env_tag: str
+    env_script: str
+    instance_tag: str
+    instance_script: str
+
+
+def plan_images(instance: Instance, sources: RepoSources | None = None, specs_path: str | None = None) -> ImagePlan:
+    """Resolve the layer tags of `instance` (this builds the base image if missing: its tag names the parent)."""
+    sources = sources or RepoSources()
+    spec = spec_for(instance, specs_path)
+    requested, used = python_version(spec)
+    base = ensure_base_image(used)
+    inputs = env_inputs(instance, spec, sources)
+    env_text = env_script(inputs)
+    env_tag = f"{ENV_REPO}:{_safe(instance.owner_name)}-{_safe(instance.version)}-{_digest(base, env_text)}"
+    inst_text = instance_script(instance, spec)
+    inst_tag = (f"{INSTANCE_REPO}:{_safe(instance.instance_id)}-"
+                f"{_digest(env_tag, inst_text, instance.repo, instance.base_commit)}")
+    return ImagePlan(instance.instance_id, requested, used, base, env_tag, env_text, inst_tag, inst_text)
+
+
+def _labels(kind: str, instance: Instance) -> dict[str, str]:
+    labels = {LABEL: kind, "pinpoint.repo": instance.repo, "pinpoint.version": instance.version}
+    if kind == "instance":
+        labels["pinpoint.instance"] = instance.instance_id
+    return labels
+
+
+@dataclass
+class BuildRecord:
+    """What `build_instance_image` did: the tag, and seconds spent per layer (0.0 when the layer was cached)."""
+
+    plan: ImagePlan
+    env_seconds: float = 0.0
+    instance_seconds: float = 0.0
+
+    @property
+    def tag(self) -> str:
+        return self.plan.instance_tag
+
+
+def build_instance_image(instance: Instance, sources: RepoSources | None = None,
+                         specs_path: str | None = None) -> BuildRecord:
+    """Build (or reuse) the env and instance layers of `instance`; raises environments' BuildError on failure."""
+    sources = sources or RepoSources()
+    plan = plan_images(instance, sources, specs_path)
+    record = BuildRecord(plan)
+    with _lock(plan.env_tag):
+        if not image_exists(plan.env_tag):
+            start = time.monotonic()
+            commit_build_step(plan.base_tag, plan.env_script, plan.env_tag, network=True,
+                              labels=_labels("env", instance), timeout=ENV_BUILD_TIMEOUT)
+            record.env_seconds = time.monotonic() - start
+    with _lock(plan.instance_tag):
+        if not image_exists(plan.instance_tag):
+            start = time.monotonic()
+            workdir = Path(tempfile.mkdtemp(prefix="pinpoint-src-"))
+            try:
+                source = sources.export(instance.repo, instance.base_commit, workdir / "testbed")
+                commit_build_step(plan.env_tag, plan.instance_script, plan.instance_tag, network=True,
+                                  copy_in={str(source): TESTBED}, labels=_labels("instance", instance),
+                                  timeout=INSTANCE_BUILD_TIMEOUT)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            record.instance_seconds = time.monotonic() - start
+    return record
+
+
+def _client():
+    import docker
+
+    return docker.from_env()
+
+
+def list_images() -> list[dict[str, Any]]:
+    """Every env and instance image this harness built: tag, kind, repo, version, instance, total bytes."""
+    rows = []
+    for image in _client().images.list(filters={"label": LABEL}):
+        labels = image.labels or {}
+        for tag in image.tags or ["<untagged>"]:
+            rows.append({"tag": tag, "kind": labels.get(LABEL), "repo": labels.get("pinpoint.repo"),
+                         "version": labels.get("pinpoint.version"), "instance": labels.get("pinpoint.instance"),
+                         "bytes": image.attrs.get("Size", 0)})
+    return sorted(rows, key=lambda r: (r["kind"] or "", r["tag"]))
+
+
+def layer_bytes(instance_tag: str, env_tag: str) -> int:
+    """Bytes the instance layer adds on top of its env layer (what each extra instance costs on disk)."""
+    client = _client()
+    return client.images.get(instance_tag).attrs["Size"] - client.images.get(env_tag).attrs["Size"]
+
+
+def prune_images(kinds: tuple[str, ...] = ("instance",), keep: set[str] | None = None) -> list[str]:
+    """Remove this harness's images of the given kinds, except tags in `keep`; returns the removed tags."""
+    client = _client()
+    removed = []
+    for row in list_images():
+        if row["kind"] in kinds and row["tag"] not in (keep or set()):
+            try:
+                client.images.remove(row["tag"], noprune=False)
+                removed.append(row["tag"])
+            except Exception as exc:  # an image still used by a container: say so, keep going
+                print(f"pinpoint: kept {row['tag']}: {exc}")
+    return removed

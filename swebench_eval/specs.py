@@ -1,0 +1,175 @@
+"""Environment specs per repo and version (the official harness's MAP_REPO_VERSION_TO_SPECS, kept as data because
+swebench 5.x on PyPI no longer ships them), and the official rules derived from an instance: which requirement files
+an environment installs, which test files a test patch touches, and the test directives passed to the test command.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from swebench.harness.constants import NON_TEST_EXTS
+from unidiff import PatchSet
+
+from swebench_eval.datasets import Instance
+from swebench_eval.paths import SHARED_DATA
+from swebench_eval.sources import RepoSources
+
+DEFAULT_SPECS = SHARED_DATA / "swebench_specs_python.json"
+
+#: the official harness reads these files at the environment setup commit (swebench 2.x/4.x constants)
+REQS_PATHS = {
+    "dbt-labs/dbt-core": ["dev-requirements.txt", "dev_requirements.txt"],
+    "django/django": ["tests/requirements/py3.txt"],
+    "matplotlib/matplotlib": ["requirements/dev/dev-requirements.txt", "requirements/testing/travis_all.txt"],
+    "pallets/flask": ["requirements/dev.txt"],
+    "pylint-dev/pylint": ["requirements_test.txt"],
+    "pyvista/pyvista": ["requirements_test.txt", "requirements.txt"],
+    "sqlfluff/sqlfluff": ["requirements_dev.txt"],
+    "sympy/sympy": ["requirements-dev.txt", "requirements-test.txt"],
+}
+ENV_YML_PATHS = {
+    "matplotlib/matplotlib": ["environment.yml"],
+    "pydata/xarray": ["ci/requirements/environment.yml", "environment.yml"],
+}
+#: yanked packages the official harness swaps (clean_requirements)
+REPLACE_REQ_PACKAGES = [("types-pkg_resources", "types-setuptools")]
+
+#: Python versions with no base image here, and the nearest one we substitute (recorded in every report).
+#: 3.10 has no Debian suite; 3.9 is chosen over 3.11 because the xarray pins (numpy 1.23.0) have cp39 wheels only.
+PYTHON_SUBSTITUTES = {"3.10": "3.9"}
+
+
+class SpecError(KeyError):
+    """No environment spec for a repo/version, or a requirements file the spec needs is missing."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@cache
+def load_specs(path: str | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    return json.loads(Path(path or DEFAULT_SPECS).read_text())
+
+
+def spec_for(instance: Instance, specs_path: str | None = None) -> dict[str, Any]:
+    specs = load_specs(specs_path)
+    try:
+        return specs[instance.repo][instance.version]
+    except KeyError:
+        known = ", ".join(sorted(specs.get(instance.repo, {}))) or "none"
+        raise SpecError(f"{instance.instance_id}: no environment spec for {instance.repo} version "
+                        f"{instance.version!r} (known versions: {known})") from None
+
+
+def python_version(spec: dict[str, Any]) -> tuple[str, str]:
+    """(requested, used): the spec's Python version and the one we build, which differ only for substitutes."""
+    requested = str(spec["python"])
+    return requested, PYTHON_SUBSTITUTES.get(requested, requested)
+
+
+def modified_test_files(test_patch: str) -> list[str]:
+    """Files the test patch modifies that exist at the base commit (official get_modified_files)."""
+    return [d.path for d in PatchSet(test_patch) if d.source_file != "/dev/null"]
+
+
+def test_directives(instance: Instance) -> list[str]:
+    """Test files named by the test patch, minus non-test extensions (official get_test_directives)."""
+    directives = re.findall(r"diff --git a/.* b/(.*)", instance.test_patch)
+    directives = [d for d in directives if not any(d.endswith(ext) for ext in NON_TEST_EXTS)]
+    if instance.repo == "django/django":
+        directives = [d.removesuffix(".py").removeprefix("tests/").replace("/", ".") for d in directives]
+    return directives
+
+
+def test_command(instance: Instance, spec: dict[str, Any]) -> str:
+    return " ".join([spec["test_cmd"], *test_directives(instance)])
+
+
+@dataclass(frozen=True)
+class EnvInputs:
+    """Everything an env layer is built from; its hash is the env image's tag."""
+
+    python: str
+    packages: str  # a requirements.txt body, an environment.yml body, or a space-separated package list
+    packages_kind: str  # "requirements" | "environment.yml" | "list" | "none"
+    pip_packages: tuple[str, ...]
+
+    def key(self) -> dict[str, Any]:
+        return {"python": self.python, "packages": self.packages, "kind": self.packages_kind,
+                "pip_packages": list(self.pip_packages)}
+
+
+def _requirements_text(instance: Instance, sources: RepoSources) -> str:
+    """The official get_requirements: the first existing requirements path, `-r` includes inlined."""
+    commit = _setup_commit(instance, sources)
+    for req_path in REQS_PATHS.get(instance.repo, []):
+        text = sources.show(instance.repo, commit, req_path)
+        if text is not None:
+            break
+    else:
+        raise SpecError(f"{instance.instance_id}: none of {REQS_PATHS.get(instance.repo)} exists at {commit[:12]}")
+    req_dir = "/".join(req_path.split("/")[:-1])
+
+    def excluded(line: str) -> bool:
+        return any(line.strip().startswith(x) for x in ("-e .", "#", ".[test"))
+
+    original, additional = [], []
+    for line in text.split("\n"):
+        if line.strip().startswith("-r"):
+            nested = sources.show(instance.repo, commit, "/".join(p for p in (req_dir, line[2:].strip()) if p))
+            additional += [extra for extra in (nested or "").split("\n") if not excluded(extra)]
+        elif not excluded(line):
+            original.append(line)
+    additional.append("\n".join(original))
+    body = "\n".join(additional)
+    for old, new in REPLACE_REQ_PACKAGES:
+        body = re.sub(rf"^{re.escape(old)}(?=[<>=!~\s]|$)", new, body, flags=re.MULTILINE)
+    return body
+
+
+def _environment_yml_requirements(instance: Instance, sources: RepoSources) -> str:
+    """Conda's environment.yml as pip requirement names: there is no conda here, so conda-only entries are dropped
+    by the build step (each name is tried on its own against the spec's pins; see scripts.env_script)."""
+    commit = _setup_commit(instance, sources)
+    for path in ENV_YML_PATHS.get(instance.repo, []):
+        text = sources.show(instance.repo, commit, path)
+        if text is not None:
+            break
+    else:
+        raise SpecError(f"{instance.instance_id}: none of {ENV_YML_PATHS.get(instance.repo)} exists at {commit[:12]}")
+    deps = yaml.safe_load(text).get("dependencies", [])
+    names: list[str] = []
+    for dep in deps:
+        items = dep.get("pip", []) if isinstance(dep, dict) else [dep]
+        for item in items:
+            name = re.split(r"[<>=!~ ]", str(item).strip(), maxsplit=1)[0]
+            if name and name not in ("python", "pip"):
+                names.append(name)
+    return "\n".join(sorted(set(names)))
+
+
+def _setup_commit(instance: Instance, sources: RepoSources) -> str:
+    """The environment setup commit when the offline history has it, else the instance's base commit."""
+    if sources.has_commit(instance.repo, instance.environment_setup_commit):
+        return instance.environment_setup_commit
+    return instance.base_commit
+
+
+def env_inputs(instance: Instance, spec: dict[str, Any], sources: RepoSources) -> EnvInputs:
+    packages = spec.get("packages", "")
+    if packages == "requirements.txt":
+        kind, body = "requirements", _requirements_text(instance, sources)
+    elif packages == "environment.yml":
+        kind, body = "environment.yml", _environment_yml_requirements(instance, sources)
+    elif packages:
+        kind, body = "list", packages
+    else:
+        kind, body = "none", ""
+    return EnvInputs(python=python_version(spec)[1], packages=body, packages_kind=kind,
+                     pip_packages=tuple(spec.get("pip_packages", [])))
