@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import tarfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-#: the read-only shared material (../shared from the project root; override with PINPOINT_SHARED)
-SHARED = Path(os.environ.get("PINPOINT_SHARED", ROOT.parent / "shared"))
-REPOS = SHARED / "data" / "repos"
+from environments.repo_image import extract_shared_repo
+
 #: psf/requests v2.27.0, the base commit of a SWE-bench Verified dev row
 REQUESTS_COMMIT = "0192aac24123735b3eaf9b08df46429bb770c283"
-
-
-def extract_repo(name: str, dest: Path) -> Path:
-    """Extract ../shared/data/repos/<name>.git.tar into `dest`; return the bare repository's path."""
-    tar_path = REPOS / f"{name}.git.tar"
-    if not tar_path.is_file():
-        raise FileNotFoundError(f"{tar_path} is missing: the shared data must sit at {SHARED} (or PINPOINT_SHARED)")
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(dest, filter="tar")
-    return dest / f"{name}.git"
 
 
 @pytest.fixture(scope="session")
 def requests_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Path of a bare psf/requests repository (HEAD names no commit: pass `requests_commit`)."""
-    return extract_repo("psf__requests", tmp_path_factory.mktemp("repos"))
+    return extract_shared_repo("psf__requests", tmp_path_factory.mktemp("repos"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,106 @@
+"""`pinpoint bench env`: how fast environments start, reset and answer, beside the fresh-container baseline.
+
+The baseline is what the official SWE-bench harness does per evaluation: throw the container away and start a new
+one (`reset(recreate=True)`), measured in the same run on the same image. Every reset is checked for correctness
+(the dirtied tree must come back clean) so a fast but wrong reset cannot look good.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from environments import engine
+from environments.docker_runtime import DockerRuntime
+from environments.repo_image import build_repo_image, extract_shared_repo
+
+#: psf/requests v2.27.0 (a SWE-bench Verified base commit): the real repository the benchmark runs on
+BENCH_REPO = "psf__requests"
+BENCH_COMMIT = "0192aac24123735b3eaf9b08df46429bb770c283"
+#: the command each concurrent environment runs: imports the editable-installed package
+CHECK_COMMAND = "python -c 'import requests, sys; print(requests.__version__); sys.exit(0)'"
+
+
+def bench_image(log=print) -> str:
+    return build_repo_image(extract_shared_repo(BENCH_REPO), BENCH_COMMIT, python_version="3.11", log=log)
+
+
+def _ms(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = fn()
+    return (time.perf_counter() - start) * 1000.0, value
+
+
+def _p(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 1) if values else float("nan")
+
+
+def _dirty(runtime: DockerRuntime, i: int) -> None:
+    """What an agent step leaves behind: an edited file, a new file, an ignored artefact, a deleted file."""
+    runtime.write_file("requests/api.py", f"# edited {i}\n")
+    runtime.write_file(f"requests/new_{i}.py", "x = 1\n")
+    runtime.run(f"mkdir -p build && touch build/out{i}.o && rm -f HISTORY.md")
+
+
+def _concurrent_one(image: str) -> tuple[float, bool]:
+    start = time.perf_counter()
+    try:
+        with DockerRuntime(image) as runtime:
+            ok = runtime.run(CHECK_COMMAND, timeout=120).ok
+    except Exception:  # a failure to start or run counts as a failure; the benchmark goes on
+        ok = False
+    return (time.perf_counter() - start) * 1000.0, ok
+
+
+def run_bench(*, repeats: int = 20, concurrency: int = 8, image: str | None = None, log=print) -> dict:
+    """All figures as one flat dict (times in milliseconds)."""
+    client = engine.client()
+    image = image or bench_image(log)
+    starts, resets, baseline, round_trips = [], [], [], []
+    reset_failures = baseline_failures = 0
+    for _ in range(max(3, repeats // 4)):
+        elapsed, runtime_i = _ms(lambda: DockerRuntime(image, client=client))
+        starts.append(elapsed)
+        runtime_i.close()
+    with DockerRuntime(image, client=client) as runtime:
+        runtime.run("true")
+        for _ in range(repeats):
+            round_trips.append(_ms(lambda: runtime.run("true"))[0])
+        for i in range(repeats):
+            _dirty(runtime, i)
+            resets.append(_ms(runtime.reset)[0])
+            reset_failures += runtime.diff() != ""
+        for i in range(repeats):
+            _dirty(runtime, i)
+            baseline.append(_ms(lambda: runtime.reset(recreate=True))[0])
+            baseline_failures += runtime.diff() != ""
+    sequential_wall, _ = _ms(lambda: [_concurrent_one(image) for _ in range(concurrency)])
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        wall, results = _ms(lambda: list(pool.map(_concurrent_one, [image] * concurrency)))
+    per_env = [elapsed for elapsed, _ in results]
+    return {
+        "image": image,
+        "repeats": repeats,
+        "container_start_ms_p50": _p(starts, 50),
+        "container_start_ms_p95": _p(starts, 95),
+        "command_round_trip_ms_p50": _p(round_trips, 50),
+        "command_round_trip_ms_p95": _p(round_trips, 95),
+        "reset_ms_p50": _p(resets, 50),
+        "reset_ms_p95": _p(resets, 95),
+        "reset_incorrect": reset_failures,
+        "baseline_fresh_container_reset_ms_p50": _p(baseline, 50),
+        "baseline_fresh_container_reset_ms_p95": _p(baseline, 95),
+        "baseline_reset_incorrect": baseline_failures,
+        "reset_speedup_p50": round(_p(baseline, 50) / _p(resets, 50), 1),
+        "reset_speedup_p95": round(_p(baseline, 95) / _p(resets, 95), 1),
+        "concurrent_environments": concurrency,
+        "concurrent_failures": sum(not ok for _, ok in results),
+        "concurrent_wall_ms": round(wall, 1),
+        "concurrent_env_ms_p50": _p(per_env, 50),
+        "concurrent_env_ms_p95": _p(per_env, 95),
+        "sequential_wall_ms": round(sequential_wall, 1),
+        "concurrent_speedup_vs_sequential": round(sequential_wall / wall, 2),
+    }

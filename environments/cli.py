@@ -1,0 +1,90 @@
+"""`pinpoint env up|prune` and `pinpoint bench env`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def subcommand_group(subparsers, name: str, help: str) -> argparse._SubParsersAction:
+    """The sub-subparsers of `name`, created on first use, so several packages can add `pinpoint <name> X`."""
+    parser = subparsers.choices.get(name) or subparsers.add_parser(name, help=help)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return parser.add_subparsers(dest=f"{name}_command", metavar="COMMAND")
+
+
+def register(subparsers) -> None:
+    env = subcommand_group(subparsers, "env", "Docker engine and containers")
+    up = env.add_parser("up", help="make sure a Docker engine answers (installs docker.io and starts dockerd as root)")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a started dockerd")
+    up.set_defaults(func=_up)
+    prune = env.add_parser("prune", help="remove every container pinpoint started (label pinpoint.managed=1)")
+    prune.add_argument("--run-id", help="only the containers of this run (label pinpoint.run)")
+    prune.set_defaults(func=_prune)
+
+    bench = subcommand_group(subparsers, "bench", "benchmarks (figures beside a baseline from the same run)")
+    env_bench = bench.add_parser("env", help="container start, reset, command round trip, concurrency vs baseline")
+    env_bench.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
+    env_bench.add_argument("--concurrency", type=int, default=8, help="environments started at once (default 8)")
+    env_bench.add_argument("--repeats", type=int, default=20, help="samples per timed operation (default 20)")
+    env_bench.add_argument("--image", help="repository image to use (default: psf/requests, built if missing)")
+    env_bench.set_defaults(func=_bench)
+
+
+def _up(args) -> int:
+    from environments.engine import EngineUnavailable, ensure_engine
+
+    try:
+        client = ensure_engine(timeout=args.timeout)
+    except EngineUnavailable as exc:
+        print(f"pinpoint env up: {exc}", file=sys.stderr)
+        return 1
+    version = client.version()
+    print(f"Docker engine ready: server {version.get('Version')} (API {version.get('ApiVersion')})")
+    return 0
+
+
+def _prune(args) -> int:
+    from environments.engine import client
+    from environments.labels import prune_containers
+
+    print(f"removed {prune_containers(client(), args.run_id)} pinpoint container(s)")
+    return 0
+
+
+def _bench(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from environments.bench import run_bench
+
+    if args.repeats < 2 or args.concurrency < 1:
+        print("pinpoint bench env: --repeats must be >= 2 and --concurrency >= 1", file=sys.stderr)
+        return 2
+    figures = run_bench(repeats=args.repeats, concurrency=args.concurrency, image=args.image)
+    table = Table(title=f"pinpoint bench env ({figures['image']}, {figures['repeats']} repeats)")
+    for column in ("measure", "pinpoint", "baseline (fresh container)", "ratio"):
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    f = figures
+    for q in ("p50", "p95"):
+        table.add_row(f"reset() ms {q}", str(f[f"reset_ms_{q}"]), str(f[f"baseline_fresh_container_reset_ms_{q}"]),
+                      f"{f[f'reset_speedup_{q}']}x faster")
+    table.add_row("reset() incorrect", str(f["reset_incorrect"]), str(f["baseline_reset_incorrect"]), "")
+    for q in ("p50", "p95"):
+        table.add_row(f"container start ms {q}", str(f[f"container_start_ms_{q}"]), "", "")
+        table.add_row(f"command round trip ms {q}", str(f[f"command_round_trip_ms_{q}"]), "", "")
+    table.add_row(f"{f['concurrent_environments']} environments at once: wall ms", str(f["concurrent_wall_ms"]),
+                  f"{f['sequential_wall_ms']} (one after another)", f"{f['concurrent_speedup_vs_sequential']}x")
+    table.add_row("  per environment ms p50 / p95", f"{f['concurrent_env_ms_p50']} / {f['concurrent_env_ms_p95']}",
+                  "", "")
+    table.add_row("  failures", str(f["concurrent_failures"]), "", "")
+    Console().print(table)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0

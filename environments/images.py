@@ -1,0 +1,324 @@
+"""Image builder: Python base images by version, and committed build steps on top of them.
+
+Base images come from `python:X.Y-slim` (plus git) when a registry answers, else from Debian via debootstrap and
+`docker import` (no registry needed). Everything is cached by tag: building twice does nothing, and concurrent
+builders of one tag wait on a file lock instead of building it twice.
+
+Build steps that fetch packages get the host CA bundle (`/etc/ssl/certs/ca-certificates.crt`, or
+`$PINPOINT_CA_BUNDLE`) copied in for the step only, with PIP_CERT, SSL_CERT_FILE, REQUESTS_CA_BUNDLE and
+GIT_SSL_CAINFO pointing at it, so downloads work behind TLS-intercepting proxies; the bundle and those variables
+are not left in the committed image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+
+from environments import engine
+from environments.labels import container_labels
+
+BASE_REPOSITORY = "pinpoint/base"
+#: Debian suite that ships each Python version as python3 (extend with a verified suite per line)
+DEBIAN_SUITES: dict[str, str] = {"3.9": "bullseye", "3.11": "bookworm"}
+DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,git,ca-certificates"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+CA_IN_CONTAINER = "/tmp/pinpoint-ca.crt"
+_STEP_SCRIPT = "/tmp/pinpoint-step.sh"
+_PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+
+
+class UnsupportedPythonVersion(ValueError):
+    """No base image can be made for this Python version here (no registry, no Debian suite ships it)."""
+
+
+class BuildError(RuntimeError):
+    """A build step failed; `log_tail` holds the end of its output."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- last lines of the build log ---\n{log_tail}" if log_tail else message)
+        self.log_tail = log_tail
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("PINPOINT_CACHE", Path.home() / ".cache" / "pinpoint"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def file_lock(name: str) -> Iterator[None]:
+    """Hold an exclusive lock named `name` across processes (released when the block ends or the process dies)."""
+    locks = cache_dir() / "locks"
+    locks.mkdir(exist_ok=True)
+    with open(locks / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """("repo/name", "tag") of an image reference; the tag defaults to "latest"."""
+    repository, sep, version = tag.rpartition(":")
+    return (repository, version) if sep and "/" not in version else (tag, "latest")
+
+
+def image_exists(tag: str) -> bool:
+    try:
+        engine.client().images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def base_tag(python_version: str) -> str:
+    return f"{BASE_REPOSITORY}:py{python_version}"
+
+
+def nearest_suite_version(python_version: str) -> str:
+    """The Debian-table version closest to `python_version` (ties go to the older one, which old code prefers)."""
+    def key(v: str) -> tuple[int, int]:
+        return abs(_minor(v) - _minor(python_version)), _minor(v)
+    return min(DEBIAN_SUITES, key=key)
+
+
+def _minor(version: str) -> int:
+    match = re.fullmatch(r"3\.(\d+)", version)
+    if not match:
+        raise UnsupportedPythonVersion(f"python version {version!r} is not of the form 3.X")
+    return int(match.group(1))
+
+
+def ensure_base_image(python_version: str, *, allow_nearest: bool = False, log=print) -> str:
+    """Tag of a base image with Python `python_version`, git, pip and venv; built once, then cached.
+
+    Without a registry only the versions in DEBIAN_SUITES exist. Another version raises UnsupportedPythonVersion
+    unless `allow_nearest`, which returns the nearest available image instead: its tag and its `pinpoint.python`
+    label say which Python it really has.
+    """
+    _minor(python_version)
+    tag = base_tag(python_version)
+    if image_exists(tag):
+        return tag
+    with file_lock(tag):
+        if image_exists(tag):
+            return tag
+        if _pull_slim(python_version, tag, log):
+            return tag
+        if python_version in DEBIAN_SUITES:
+            _debootstrap_image(python_version, tag, log)
+            return tag
+    if not allow_nearest:
+        raise UnsupportedPythonVersion(
+            f"no base image for Python {python_version}: no registry answers and no Debian suite in "
+            f"{sorted(DEBIAN_SUITES)} ships it. Pass allow_nearest=True to use the nearest version "
+            f"({nearest_suite_version(python_version)}) knowingly, or make a registry reachable.")
+    nearest = nearest_suite_version(python_version)
+    log(f"pinpoint: Python {python_version} is unavailable here; using the nearest, {nearest} ({base_tag(nearest)})")
+    return ensure_base_image(nearest, log=log)
+
+
+def _pull_slim(python_version: str, tag: str, log) -> bool:
+    """Base image from python:X.Y-slim when a registry answers (git added); False when it does not."""
+    if os.environ.get("PINPOINT_NO_PULL"):
+        return False
+    source = f"python:{python_version}-slim"
+    try:
+        engine.client().images.pull(source)
+    except docker.errors.APIError as exc:
+        log(f"pinpoint: cannot pull {source} ({str(exc).splitlines()[0][:200]}); building from Debian instead")
+        return False
+    commit_build_step(
+        source,
+        "apt-get update && apt-get install -y --no-install-recommends git ca-certificates && rm -rf /var/lib/apt/lists/*",
+        tag,
+        labels={"pinpoint.python": python_version, "pinpoint.base.source": source},
+    )
+    return True
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this host uses (deb822 .sources or one-line .list), for debootstrap."""
+    if os.environ.get("PINPOINT_DEBIAN_MIRROR"):
+        return os.environ["PINPOINT_DEBIAN_MIRROR"]
+    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    for path in sources:
+        for block in path.read_text(errors="replace").split("\n\n"):
+            fields = dict(re.findall(r"^(URIs|Suites):\s*(.+)$", block, flags=re.M))
+            if "URIs" in fields and "security" not in fields.get("Suites", ""):
+                return fields["URIs"].split()[0]
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]:
+        if path.exists():
+            for line in path.read_text(errors="replace").splitlines():
+                match = re.match(r"deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)", line)
+                if match and "security" not in match.group(2):
+                    return match.group(1)
+    return DEFAULT_MIRROR
+
+
+def _debootstrap_path(log) -> str:
+    found = shutil.which("debootstrap") or ("/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None)
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise BuildError("no registry answers and debootstrap is missing; install debootstrap (as root) or make a "
+                         "registry reachable so python:X-slim can be pulled")
+    log("pinpoint: installing debootstrap")
+    _check_call(["apt-get", "install", "-y", "--no-install-recommends", "debootstrap"], "installing debootstrap")
+    return "/usr/sbin/debootstrap"
+
+
+def _check_call(cmd: list[str], what: str, timeout: float = 1800) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    if proc.returncode != 0:
+        raise BuildError(f"{what} failed (exit {proc.returncode}): {shlex.join(cmd)}", (proc.stdout + proc.stderr)[-4000:])
+
+
+def _unmount_below(path: Path) -> None:
+    """Unmount anything debootstrap left mounted inside the rootfs, so deleting it cannot reach the host."""
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(str(path) + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], check=False)
+
+
+def _debootstrap_image(python_version: str, tag: str, log) -> None:
+    if os.geteuid() != 0:
+        raise BuildError("building a base image without a registry needs root (debootstrap); run as root or make "
+                         "a registry reachable")
+    suite = DEBIAN_SUITES[python_version]
+    mirror = apt_mirror()
+    log(f"pinpoint: building {tag} from Debian {suite} ({mirror}) with debootstrap; about a minute")
+    tmp = Path(tempfile.mkdtemp(prefix="pinpoint-rootfs-", dir=os.environ.get("PINPOINT_BUILD_TMP")))
+    rootfs = tmp / "rootfs"
+    try:
+        _check_call([_debootstrap_path(log), "--variant=minbase", f"--include={DEBOOTSTRAP_PACKAGES}", suite,
+                     str(rootfs), mirror], f"debootstrap {suite}")
+        real = os.readlink(rootfs / "usr/bin/python3").removeprefix("python")
+        if real != python_version:
+            raise BuildError(f"Debian {suite} ships Python {real}, not {python_version}: fix DEBIAN_SUITES")
+        shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
+        shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+        archive = tmp / "rootfs.tar"
+        _check_call(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(archive), "."], "packing the rootfs")
+        repository, version_tag = split_tag(tag)
+        engine.client().api.import_image_from_file(str(archive), repository=repository, tag=version_tag, changes=[
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'CMD ["bash"]',
+            f'LABEL pinpoint.python="{real}" pinpoint.base.source="debootstrap:{suite}"',
+        ])
+    finally:
+        _unmount_below(rootfs)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not image_exists(tag):
+        raise BuildError(f"docker import did not produce {tag}")
+
+
+def ca_bundle() -> Path | None:
+    """The host CA bundle build steps trust ($PINPOINT_CA_BUNDLE, else the Debian bundle), if present."""
+    path = Path(os.environ.get("PINPOINT_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
+    return path if path.is_file() else None
+
+
+def _tar_of(entries: dict[str, Path | bytes]) -> bytes:
+    """A tar placing host paths (files or folders) or bytes at absolute container paths, for put_archive at /."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for target, source in entries.items():
+            name = target.lstrip("/")
+            if isinstance(source, bytes):
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(source), 0o644
+                tar.addfile(info, io.BytesIO(source))
+            else:
+                tar.add(str(source), arcname=name)
+    return data.getvalue()
+
+
+def commit_build_step(
+    base_image: str,
+    script: str,
+    tag: str,
+    *,
+    network: bool = True,
+    copy_in: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    changes: list[str] | None = None,
+    timeout: float = 1800,
+) -> str:
+    """Run `script` (bash -e -o pipefail) in a container of `base_image` and commit the result as `tag`.
+
+    `copy_in` maps host paths to container paths, copied before the script runs. `env` and the CA variables hold
+    during the step only; `changes` are Dockerfile instructions (ENV, WORKDIR, ...) applied to the committed image.
+    The container is removed afterwards; a failure or timeout raises BuildError with the log tail.
+    """
+    client = engine.client()
+    step_env = dict(env or {})
+    if network:
+        step_env.update({k: os.environ[k] for k in _PROXY_VARS if k in os.environ and k not in step_env})
+    files: dict[str, Path | bytes] = {host_target: Path(host) for host, host_target in (copy_in or {}).items()}
+    bundle = ca_bundle()
+    if bundle is not None:
+        files[CA_IN_CONTAINER] = bundle.read_bytes()
+        for var in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"):
+            step_env.setdefault(var, CA_IN_CONTAINER)
+    files[_STEP_SCRIPT] = script.encode()
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in step_env.items())
+    command = (f"{exports}bash -e -o pipefail {_STEP_SCRIPT}; rc=$?\n"
+               f"rm -f {_STEP_SCRIPT} {CA_IN_CONTAINER}\nexit $rc\n")
+    config = client.images.get(base_image).attrs.get("Config") or {}
+    keep = [f"CMD {json.dumps(config.get('Cmd') or ['bash'])}"]
+    entry = {}
+    if config.get("Entrypoint"):
+        entry["entrypoint"] = ["bash", "-c"]
+        keep.append(f"ENTRYPOINT {json.dumps(config['Entrypoint'])}")
+        argv: list[str] = [command]
+    else:
+        argv = ["bash", "-c", command]
+    container = client.containers.create(
+        base_image, argv, network_mode="host" if network else "none",
+        labels=container_labels(**{"pinpoint.build": tag}), **entry)
+    try:
+        if not container.put_archive("/", _tar_of(files)):
+            raise BuildError(f"copying files into the build container for {tag} failed")
+        container.start()
+        try:
+            status = container.wait(timeout=timeout)
+        except Exception as exc:  # requests raises ReadTimeout/ConnectionError when the wait times out
+            container.kill()
+            raise BuildError(f"build step for {tag} timed out after {timeout:g}s ({type(exc).__name__})",
+                             _logs(container)) from exc
+        if status.get("StatusCode") != 0:
+            raise BuildError(f"build step for {tag} failed with exit {status.get('StatusCode')}", _logs(container))
+        label_change = " ".join(f"{k}={json.dumps(str(v))}" for k, v in (labels or {}).items())
+        repository, version_tag = split_tag(tag)
+        container.commit(repository=repository, tag=version_tag,
+                         changes=keep + ([f"LABEL {label_change}"] if label_change else []) + list(changes or []))
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+    return tag
+
+
+def _logs(container) -> str:
+    try:
+        return container.logs(tail=80).decode("utf-8", errors="replace")
+    except docker.errors.APIError as exc:
+        return f"(logs unavailable: {exc})"
