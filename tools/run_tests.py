@@ -47,6 +47,10 @@ def parse_pytest(output: str) -> PytestSummary | None:
     return summary
 
 
+def _count(number: int, word: str) -> str:
+    return f"{number} {word}s" if number != 1 and word in ("error", "warning") else f"{number} {word}"
+
+
 def run_tests(runtime: Runtime, command: str, timeout: int = DEFAULT_TIMEOUT_S) -> str:
     if not command.strip():
         raise ToolError("The test command is empty; e.g. `python -m pytest -q tests/test_x.py`.")
@@ -65,7 +69,7 @@ def run_tests(runtime: Runtime, command: str, timeout: int = DEFAULT_TIMEOUT_S) 
         lines.append("No pytest summary found in the output.")
     else:
         if summary.counts:
-            lines.append("Result: " + ", ".join(f"{n} {word}" for word, n in summary.counts.items()))
+            lines.append("Result: " + ", ".join(_count(n, word) for word, n in summary.counts.items()))
         for title, names in (("Failed tests", summary.failed), ("Errors", summary.errors)):
             if names:
                 lines.append(f"{title} ({len(names)}):")
