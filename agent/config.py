@@ -1,0 +1,193 @@
+"""Run configuration: one typed tree loaded from YAML/TOML plus `section.field=value` overrides.
+
+Every value is checked against its declared type, so a bad file fails before a run starts, with the dotted field name
+and what was expected (a run that dies half-way on a typo wastes an instance's budget).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or of the wrong type; the message names the field."""
+
+
+@dataclass
+class LLMSection:
+    """The model endpoint. `base_url` None starts the embedded SmolLM2 server (offline default)."""
+
+    base_url: str | None = None
+    model: str = "smollm2-135m-instruct"
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    logprobs: bool = True
+    tool_mode: Literal["native", "text"] = "native"
+
+
+@dataclass
+class BudgetSection:
+    """Limits that end a run cleanly with the best patch so far."""
+
+    max_steps: int = 30
+    max_tokens: int = 400_000
+    max_cost_usd: float = 3.0
+    max_wall_s: float = 1800.0
+
+
+@dataclass
+class SearchSection:
+    """Search policies run after a failing test: FLARE top-k refinement and/or BESTER best-first search."""
+
+    policy: Literal["none", "flare", "bester", "flare+bester"] = "flare"
+    #: FLARE: candidates per round (one per top-k suspicious line) and rounds
+    k: int = 10
+    rounds: int = 5
+    #: BESTER: self-reflections (= repairs) per node and search depth
+    reflections: int = 5
+    depth: int = 2
+    #: lines of context around a suspicious line shown when asking for a revision
+    context_lines: int = 12
+    #: how many times the graph may enter the search step in one run
+    max_searches: int = 1
+
+
+@dataclass
+class AgentSection:
+    """How the graph behaves."""
+
+    #: a command that decides success (exit 0 = pass); None means the model's own run_tests calls decide
+    test_command: str | None = None
+    test_timeout_s: float = 600.0
+    review_on_submit: bool = True
+    relocalize_on_failure: bool = True
+    #: suspects quoted in the localization prompt
+    show_suspects: int = 8
+    #: tool observations longer than this are truncated (the tools also truncate)
+    max_observation_chars: int = 12_000
+
+
+@dataclass
+class RunsSection:
+    output_dir: str = "runs"
+
+
+@dataclass
+class Config:
+    llm: LLMSection = field(default_factory=LLMSection)
+    budget: BudgetSection = field(default_factory=BudgetSection)
+    search: SearchSection = field(default_factory=SearchSection)
+    agent: AgentSection = field(default_factory=AgentSection)
+    runs: RunsSection = field(default_factory=RunsSection)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true/false"}.get(tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Check `value` against `tp`; numbers given as ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, name)
+            except ConfigError:
+                continue
+    elif origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+    elif tp is type(None):
+        if value is None:
+            return None
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"config field {name!r}: expected {_describe(tp)}, got {value!r}")
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section {prefix or '(top level)'!r}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown config field {where}{unknown[0]!r}; expected one of: {', '.join(sorted(known))}")
+    values = {}
+    for name, value in data.items():
+        dotted = f"{prefix}.{name}" if prefix else name
+        tp = hints[name]
+        values[name] = _build(tp, value, dotted) if dataclasses.is_dataclass(tp) else _coerce(value, tp, dotted)
+    return cls(**values)
+
+
+def _parse_scalar(text: str) -> Any:
+    """`--set a.b=VALUE`: VALUE is read as YAML (so 3, 0.5, true, null, "x" work)."""
+    return yaml.safe_load(text) if text.strip() else ""
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **fields: Any) -> Config:
+    """Defaults <- file (YAML or TOML) <- `overrides` ("section.field=value") <- `fields` ("section.field": value)."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        try:
+            loaded = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+        except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+            raise ConfigError(f"config file {path} is not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: expected a mapping of sections at the top level")
+        data = loaded or {}
+    pairs: list[tuple[str, Any]] = []
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"override {item!r}: expected section.field=value (e.g. budget.max_steps=10)")
+        pairs.append((key.strip(), _parse_scalar(raw)))
+    pairs.extend((k, v) for k, v in fields.items() if v is not None)
+    for key, value in pairs:
+        section, _, name = key.partition(".")
+        data = _deep_merge(data, {section: {name: value}})
+    return _build(Config, data, "")
