@@ -90,7 +90,10 @@ class EmbeddedModel:
             params.cpuparams_batch.n_threads = self.threads
             params.use_jinja = True  # lets a caller try native tools; SmolLM2's template ignores them
             params.verbosity = 0 if not log.isEnabledFor(logging.DEBUG) else 3
-            self._server = xllamacpp.Server(params)
+            try:
+                self._server = xllamacpp.Server(params)
+            except Exception as exc:  # the binding raises plain RuntimeError/ValueError with llama.cpp's reason
+                raise EmbeddedModelError(f"xllamacpp could not start {params.model.path}: {exc}") from exc
             address = self._server.listening_address
             atexit.register(self.stop)
         try:

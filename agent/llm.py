@@ -53,6 +53,10 @@ class LLMBadResponse(LLMError):
     """The endpoint answered, but with nothing usable (no choices, not JSON, no message)."""
 
 
+class LLMContextLengthExceeded(LLMError):
+    """The prompt does not fit the model's context window: shorten the history and ask again."""
+
+
 @dataclass
 class LLMConfig:
     """How to reach a model. `base_url=None` means: start the embedded SmolLM2 model (see `embedded_model`)."""
@@ -238,8 +242,8 @@ def parse_text_actions(content: str) -> list[ToolCall]:
     ToolCall with parse_error; other code blocks (```python …) are not actions. Never raises."""
     calls: list[ToolCall] = []
     stripped = content.strip()
-    if stripped.startswith("{") and stripped.endswith("}"):
-        candidates = [("json", stripped)]
+    if stripped.startswith("{") and (stripped.endswith("}") or re.match(r'\{\s*"(tool|name)"', stripped)):
+        candidates = [("json", stripped)]  # a bare action (constrained replies), possibly cut off
     else:
         candidates = [(lang.lower(), body) for lang, body in _FENCE.findall(content)]
     for lang, body in candidates:
@@ -319,12 +323,14 @@ def to_text_mode_messages(messages: list[dict], tools: list[dict] | None) -> lis
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
             content = message.get("content") or ""
+            already_written = bool(parse_text_actions(content))
             for call in message["tool_calls"]:
                 fn = call.get("function", {})
                 names_by_id[call.get("id", "")] = fn.get("name", "")
-                if not content.strip():
+                if not already_written:
                     args, _ = parse_arguments(fn.get("arguments"))
-                    content += "```json\n" + json.dumps({"tool": fn.get("name"), "arguments": args}) + "\n```\n"
+                    action = json.dumps({"tool": fn.get("name"), "arguments": args})
+                    content += ("\n" if content else "") + f"```json\n{action}\n```"
             out.append({"role": "assistant", "content": content})
         elif role == "tool":
             name = names_by_id.get(message.get("tool_call_id", ""), message.get("name", "tool"))
@@ -370,6 +376,9 @@ class LLMClient:
         self._lock = threading.Lock()
         self._send_logprobs = config.logprobs
         self._tool_mode: ToolMode = config.tool_mode
+        # adapted once and remembered when the server turns a parameter down (e.g. OpenAI reasoning models)
+        self._max_tokens_key = "max_tokens"
+        self._send_temperature = True
         self._client: openai.OpenAI | None = None
 
     @property
@@ -405,11 +414,14 @@ class LLMClient:
             except openai.APITimeoutError as exc:
                 raise LLMTimeout(f"{self._where()}: no reply within {self.config.timeout_s:g}s") from exc
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
-                if self._drop_unsupported(exc, tools):
+                if self._adapt_to_rejection(exc, tools):
                     continue
-                raise LLMError(f"{self._where()}: request rejected ({exc.status_code}): {_error_text(exc)}") from exc
+                detail = f"{self._where()}: request rejected ({exc.status_code}): {_error_text(exc)}"
+                if _is_context_overflow(exc):
+                    raise LLMContextLengthExceeded(detail) from exc
+                raise LLMError(detail) from exc
             except (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError) as exc:
-                if isinstance(exc, openai.InternalServerError) and self._drop_unsupported(exc, tools):
+                if isinstance(exc, openai.InternalServerError) and self._adapt_to_rejection(exc, tools):
                     continue
                 if attempt >= self.config.max_retries:
                     raise LLMError(f"{self._where()}: gave up after {attempt + 1} attempts: {_describe(exc)}") from exc
@@ -429,7 +441,9 @@ class LLMClient:
 
     def _request(self, messages: list[dict], tools: list[dict] | None) -> dict[str, Any]:
         cfg = self.config
-        request: dict[str, Any] = {"model": cfg.model, "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
+        request: dict[str, Any] = {"model": cfg.model, self._max_tokens_key: cfg.max_tokens}
+        if self._send_temperature:
+            request["temperature"] = cfg.temperature
         extra: dict[str, Any] = {}
         if self._tool_mode == "text":
             request["messages"] = to_text_mode_messages(messages, tools)
@@ -447,19 +461,28 @@ class LLMClient:
             request["extra_body"] = extra
         return request
 
-    def _drop_unsupported(self, exc: openai.APIStatusError, tools: list[dict] | None) -> bool:
-        """A server that turns down logprobs or native tools gets the request again without them (remembered)."""
+    def _adapt_to_rejection(self, exc: openai.APIStatusError, tools: list[dict] | None) -> bool:
+        """A server that turns down a parameter gets the request again without it; the change is remembered.
+        Covers logprobs, native tools (llama.cpp without --jinja, vLLM without a tool parser), and OpenAI
+        reasoning models (max_completion_tokens instead of max_tokens, no temperature)."""
         text = _error_text(exc).lower()
         if self._send_logprobs and "logprob" in text:
-            log.warning("%s rejects logprobs (%s); continuing without them", self._where(), _clip(text))
             self._send_logprobs = False
-            return True
-        if tools and self._tool_mode == "native" and ("tool" in text or "jinja" in text):
-            log.warning("%s rejects native tool calling (%s); switching to the text action format",
-                        self._where(), _clip(text))
+            change = "continuing without logprobs"
+        elif self._max_tokens_key == "max_tokens" and "max_completion_tokens" in text:
+            self._max_tokens_key = "max_completion_tokens"
+            change = "sending max_completion_tokens instead of max_tokens"
+        elif self._send_temperature and "temperature" in text and _says_unsupported(text):
+            self._send_temperature = False
+            change = "leaving temperature at the model's default"
+        elif tools and self._tool_mode == "native" and "tool" in text and (
+                _says_unsupported(text) or "jinja" in text or "tool-call-parser" in text):
             self._tool_mode = "text"
-            return True
-        return False
+            change = "switching to the text action format"
+        else:
+            return False
+        log.warning("%s turned the request down (%s); %s", self._where(), _clip(text), change)
+        return True
 
     def _backoff(self, attempt: int, exc: Exception) -> float:
         retry_after = None
@@ -500,6 +523,10 @@ class LLMClient:
         else:
             calls = [self._native_call(i, c) for i, c in enumerate(message.get("tool_calls") or [])]
         calls = [_check_tool_name(c, tools) for c in calls]
+        if choice.get("finish_reason") == "length":
+            for call in calls:
+                if call.parse_error:
+                    call.parse_error += f" (the reply was cut off at max_tokens={self.config.max_tokens})"
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or 0)
@@ -529,6 +556,15 @@ class LLMClient:
         if not name and error is None:
             error = "tool call has no function name"
         return ToolCall(str(call.get("id") or f"call_{uuid.uuid4().hex[:12]}"), name, arguments, raw_text, error)
+
+
+def _says_unsupported(text: str) -> bool:
+    return any(k in text for k in ("unsupported", "not supported", "does not support", "not support", "requires --"))
+
+
+def _is_context_overflow(exc: openai.APIStatusError) -> bool:
+    text = _error_text(exc).lower()
+    return "context" in text and any(k in text for k in ("length", "exceed", "too long", "window", "size"))
 
 
 def _error_text(exc: openai.APIStatusError) -> str:

@@ -18,7 +18,16 @@ from agent.fake_llm_server import (
     text_action,
     tool_call,
 )
-from agent.llm import LLMBadResponse, LLMClient, LLMConfig, LLMError, LLMTimeout, parse_text_actions
+from agent.llm import (
+    LLMBadResponse,
+    LLMClient,
+    LLMConfig,
+    LLMContextLengthExceeded,
+    LLMError,
+    LLMTimeout,
+    parse_text_actions,
+    to_text_mode_messages,
+)
 
 VIEW = {"type": "function", "function": {
     "name": "view", "description": "Show a file with line numbers.",
@@ -85,6 +94,23 @@ def test_text_actions_parsing_rules():
     assert "not valid JSON" in broken[0].parse_error
 
 
+def test_cut_off_action_says_so():
+    with FakeScriptedLLMServer([text('{"tool": "view", "arguments": {"path": "a.', finish_reason="length")]) as fake:
+        reply = client_for(fake, tool_mode="text", constrain_actions=True, max_tokens=16).complete(ASK, TOOLS)
+    assert len(reply.tool_calls) == 1 and reply.tool_calls[0].name == "view"
+    assert reply.tool_calls[0].parse_error.endswith("(the reply was cut off at max_tokens=16)")
+
+
+def test_native_history_keeps_its_actions_when_sent_in_text_mode():
+    history = [*ASK, {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "view", "arguments": '{"path": "a.py"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1 x = 1"}]
+    converted = to_text_mode_messages(history, TOOLS)
+    assert converted[2]["content"] == 'Let me look.\n```json\n{"tool": "view", "arguments": {"path": "a.py"}}\n```'
+    assert [(c.name, c.arguments) for c in parse_text_actions(converted[2]["content"])] == [("view", {"path": "a.py"})]
+    assert converted[3] == {"role": "user", "content": "Result of view:\n1 x = 1"}
+
+
 def test_unknown_tool_name_is_reported_not_raised():
     with FakeScriptedLLMServer([tool_call("rm_rf", {"path": "/"})]) as fake:
         reply = client_for(fake).complete(ASK, TOOLS)
@@ -107,6 +133,39 @@ def test_retries_are_bounded_and_the_error_says_so():
         with pytest.raises(LLMError, match=r"gave up after 3 attempts: HTTP 500: overloaded"):
             client.complete(ASK)
         assert len(fake.chat_requests) == 3
+
+
+def test_unreachable_endpoint_is_retried_then_reported():
+    with FakeScriptedLLMServer() as fake:
+        url = fake.base_url
+    client = LLMClient(LLMConfig(base_url=url, model="m", max_retries=1, retry_backoff_s=0.01, timeout_s=5))
+    with pytest.raises(LLMError, match=r"gave up after 2 attempts: APIConnectionError") as info:
+        client.complete(ASK)
+    assert url in str(info.value) and client.usage.retries == 1
+
+
+def test_context_overflow_has_its_own_error():
+    overflow = http_error(400, "the request exceeds the available context size, try increasing it")
+    with FakeScriptedLLMServer([overflow]) as fake, pytest.raises(LLMContextLengthExceeded, match="context size"):
+        client_for(fake).complete(ASK)
+
+
+def test_reasoning_model_parameters_are_adapted_once():
+    def reasoning_model(request):
+        if "max_tokens" in request:
+            return http_error(400, "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                   "Use 'max_completion_tokens' instead.")
+        if "temperature" in request:
+            return http_error(400, "Unsupported value: 'temperature' does not support 0.0 with this model.")
+        return text("ok")
+
+    with FakeScriptedLLMServer(default=reasoning_model) as fake:
+        client = client_for(fake, logprobs=False, max_tokens=77)
+        assert client.complete(ASK).content == "ok"
+        assert client.complete(ASK).content == "ok"
+        last = fake.chat_requests[-1]
+        assert len(fake.chat_requests) == 4
+    assert last["max_completion_tokens"] == 77 and "temperature" not in last and "max_tokens" not in last
 
 
 def test_client_errors_are_not_retried():
