@@ -16,24 +16,11 @@ from typing import Any, Literal
 
 import yaml
 
+from agent.llm import LLMConfig
+
 
 class ConfigError(ValueError):
     """A configuration value is missing, unknown or of the wrong type; the message names the field."""
-
-
-@dataclass
-class LLMSection:
-    """The model endpoint. `base_url` None starts the embedded SmolLM2 server (offline default)."""
-
-    base_url: str | None = None
-    model: str = "smollm2-135m-instruct"
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    max_tokens: int = 1024
-    timeout_s: float = 120.0
-    max_retries: int = 3
-    logprobs: bool = True
-    tool_mode: Literal["native", "text"] = "native"
 
 
 @dataclass
@@ -85,7 +72,7 @@ class RunsSection:
 
 @dataclass
 class Config:
-    llm: LLMSection = field(default_factory=LLMSection)
+    llm: LLMConfig = field(default_factory=LLMConfig)
     budget: BudgetSection = field(default_factory=BudgetSection)
     search: SearchSection = field(default_factory=SearchSection)
     agent: AgentSection = field(default_factory=AgentSection)
@@ -142,14 +129,17 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        where = f"{prefix}." if prefix else ""
-        raise ConfigError(f"unknown config field {where}{unknown[0]!r}; expected one of: {', '.join(sorted(known))}")
+        dotted = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ConfigError(f"unknown config field {dotted!r}; expected one of: {', '.join(sorted(known))}")
     values = {}
     for name, value in data.items():
         dotted = f"{prefix}.{name}" if prefix else name
         tp = hints[name]
         values[name] = _build(tp, value, dotted) if dataclasses.is_dataclass(tp) else _coerce(value, tp, dotted)
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as exc:  # a section's own checks (e.g. LLMConfig's) name the field already
+        raise ConfigError(str(exc)) from exc
 
 
 def _parse_scalar(text: str) -> Any:

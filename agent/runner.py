@@ -1,0 +1,157 @@
+"""Run the agent graph on one task: model client, checkpointer, trajectory file, resume by thread id.
+
+A run keeps two files in its folder: `trajectory.json` (rewritten after every step) and `checkpoint.sqlite`
+(LangGraph's SqliteSaver). Starting the same task again with the same folder and thread id resumes an interrupted
+run from its last finished step (the working tree is restored from the checkpointed patch) and returns a finished
+run's result without redoing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sqlite3
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from agent.config import Config
+from agent.embedded_model import resolve_config
+from agent.graph import AgentContext, build_graph, initial_state
+from agent.llm import LLMClient, LLMConfig
+from agent.patches import PatchError, apply_patch, edited_lines
+from agent.state import Task
+from agent.trajectory import TrajectoryWriter
+from environments.runtime import Runtime
+from localization.retrieval import RetrievalLocalizer
+from localization.suspects import Localizer
+
+RECURSION_LIMIT = 100_000  # budgets end runs; LangGraph's own step cap must never be what stops one
+
+
+@dataclass
+class RunResult:
+    instance_id: str
+    status: str
+    detail: str
+    patch: str
+    trajectory: Path
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    elapsed_s: float
+    edited_lines: dict
+    resumed: bool = False
+
+    @property
+    def submitted(self) -> bool:
+        return self.status == "submitted"
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["trajectory"] = str(self.trajectory)
+        return data
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"
+
+
+def default_localizers(runtime: Runtime) -> list[Localizer]:
+    """Retrieval from the issue text and from failing-test tracebacks; other signals are appended by callers."""
+    return [RetrievalLocalizer(runtime, "issue"), RetrievalLocalizer(runtime, "tests")]
+
+
+def make_clients(llm: LLMConfig) -> tuple[LLMClient, LLMClient]:
+    """The main client (embedded model started when no endpoint is configured) and a sampling one for BESTER."""
+    resolved = resolve_config(llm)
+    diverse = dataclasses.replace(resolved, temperature=max(resolved.temperature, 0.8))
+    return LLMClient(resolved), LLMClient(diverse)
+
+
+def run_task(
+    task: Task,
+    runtime: Runtime,
+    config: Config,
+    *,
+    run_dir: str | Path | None = None,
+    clients: tuple[LLMClient, LLMClient] | None = None,
+    localizers: list[Localizer] | None = None,
+    thread_id: str | None = None,
+    fresh: bool = False,
+    meta: dict[str, Any] | None = None,
+    on_state: Callable[[dict], None] | None = None,
+) -> RunResult:
+    """Run (or resume) the graph on `task` in `runtime`; the runtime is left holding the final patch."""
+    run_dir = Path(run_dir or Path(config.runs.output_dir) / safe_name(task.instance_id))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    db_path = run_dir / "checkpoint.sqlite"
+    if fresh:
+        db_path.unlink(missing_ok=True)
+    client, diverse = clients or make_clients(config.llm)
+    ctx = AgentContext(runtime=runtime, llm=client, diverse_llm=diverse, config=config,
+                       localizers=localizers if localizers is not None else default_localizers(runtime))
+    writer = TrajectoryWriter(run_dir / "trajectory.json", {
+        "task": task.to_dict(), "model": client.config.model, "thread_id": thread_id or task.instance_id,
+        "config": {**config.to_dict(), "llm": client.config.to_public_dict()},
+        "runtime": type(runtime).__name__, **(meta or {})})
+    graph_config = {"configurable": {"thread_id": thread_id or task.instance_id}, "recursion_limit": RECURSION_LIMIT}
+    connection = sqlite3.connect(str(db_path), check_same_thread=False)
+    state: dict = {}
+    resumed = False
+    try:
+        graph = build_graph(ctx, SqliteSaver(connection))
+        snapshot = graph.get_state(graph_config)
+        if snapshot.values and not snapshot.next:  # finished earlier: nothing to redo
+            state = dict(snapshot.values)
+            _restore(runtime, state.get("final_patch", ""))
+            return _result(state, writer, resumed=True)
+        if snapshot.values:
+            state = dict(snapshot.values)
+            _restore(runtime, state.get("patch", ""))
+            ctx.elapsed_before = state.get("elapsed_s", 0.0)
+            resumed = True
+            stream_input = None
+        else:
+            stream_input = initial_state(task)
+        for state in graph.stream(stream_input, graph_config, stream_mode="values"):
+            writer.write(state, edited_lines=edited_lines(state.get("patch", "")), resumed=resumed)
+            if on_state is not None:
+                on_state(state)
+        state = dict(graph.get_state(graph_config).values)
+        _restore(runtime, state.get("final_patch", ""))
+        return _result(state, writer, resumed)
+    except BaseException as exc:
+        writer.write(state, status="crashed" if isinstance(exc, Exception) else "interrupted",
+                     detail="".join(traceback.format_exception_only(type(exc), exc)).strip(),
+                     traceback=traceback.format_exc())
+        raise
+    finally:
+        connection.close()
+
+
+def _restore(runtime: Runtime, patch: str) -> None:
+    """Put `patch` in the working tree (a resumed run starts in a fresh runtime); skip when it is there already."""
+    if runtime.diff() != patch:
+        try:
+            apply_patch(runtime, patch)
+        except PatchError as exc:
+            raise RuntimeError(f"cannot restore the checkpointed working tree: {exc}") from exc
+
+
+def _result(state: dict, writer: TrajectoryWriter, resumed: bool) -> RunResult:
+    patch = state.get("final_patch", "")
+    counts = edited_lines(patch)
+    writer.write(state, edited_lines=counts, resumed=resumed)
+    task = state.get("task", {})
+    return RunResult(
+        instance_id=task.get("instance_id", ""), status=state.get("status", "?"), detail=state.get("detail", ""),
+        patch=patch, trajectory=writer.path, steps=state.get("steps", 0),
+        prompt_tokens=state.get("prompt_tokens", 0), completion_tokens=state.get("completion_tokens", 0),
+        cost_usd=state.get("cost_usd", 0.0), elapsed_s=state.get("elapsed_s", 0.0), edited_lines=counts,
+        resumed=resumed)

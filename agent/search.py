@@ -1,0 +1,203 @@
+"""Search policies that run after a failing test: FLARE top-k refinement and BESTER best-first search.
+
+Both produce candidate patches from region rewrites the model proposes, and evaluate every candidate on a reset
+environment (base commit + the candidate's patch) with the same test command, so candidates never see each other's
+edits. Selection follows the papers: a passing candidate wins, else the one passing most tests, ties to the
+smallest edit.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agent import prompts
+from agent.patches import PatchError, TestOutcome, apply_patch, edited_lines, run_test_command
+from environments.runtime import Runtime
+from localization.fusion import top_lines
+from localization.retrieval import enclosing_definition
+from localization.suspects import Suspect
+
+#: ask(prompt, purpose, diverse) -> the model's reply text; `diverse` asks for a sampled (non-greedy) answer
+Ask = Callable[[str, str, bool], str]
+
+_CODE_BLOCK = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL)
+MAX_REGION_LINES = 60
+
+
+@dataclass
+class Node:
+    """A program state in the search: its patch against the base commit and how its tests went."""
+
+    patch: str
+    outcome: TestOutcome
+
+
+@dataclass
+class SearchResult:
+    best: Node
+    improved: bool
+    candidates: list[dict] = field(default_factory=list)
+
+
+def extract_code(reply: str) -> str | None:
+    """The first fenced code block of a reply, else the reply itself when it has no prose markers; None if empty."""
+    match = _CODE_BLOCK.search(reply)
+    code = match.group(1) if match else reply.strip("`\n")
+    return code if code.strip() else None
+
+
+def replace_region(text: str, start: int, end: int, replacement: str) -> str:
+    """`text` with lines start..end (1-based, inclusive) replaced; the replacement is re-indented to the region."""
+    lines = text.splitlines(keepends=True)
+    old = lines[start - 1 : end]
+    new = replacement.rstrip("\n").split("\n")
+    first_old = next((line for line in old if line.strip()), "")
+    first_new = next((line for line in new if line.strip()), "")
+    shift = (len(first_old) - len(first_old.lstrip())) - (len(first_new) - len(first_new.lstrip()))
+    if shift > 0:
+        new = [(" " * shift + line) if line.strip() else line for line in new]
+    elif shift < 0:
+        new = [line[-shift:] if line[: -shift].strip() == "" else line for line in new]
+    newline = "\n"
+    return "".join(lines[: start - 1]) + "".join(line + newline for line in new) + "".join(lines[end:])
+
+
+def numbered(text: str, start: int, end: int) -> str:
+    lines = text.splitlines()
+    return "\n".join(f"{n:5d} | {lines[n - 1]}" for n in range(max(1, start), min(end, len(lines)) + 1))
+
+
+def context_window(text: str, line: int, context: int) -> tuple[int, int]:
+    """The enclosing function when it is short, else `context` lines either side."""
+    enclosing = enclosing_definition(text, line)
+    if enclosing and enclosing[1] - enclosing[0] <= 2 * context:
+        return enclosing[0], enclosing[1]
+    n = len(text.splitlines())
+    return max(1, line - context), min(n, line + context)
+
+
+class CandidateRunner:
+    """Builds and evaluates candidates on one runtime; every evaluation starts from a reset working tree."""
+
+    def __init__(self, runtime: Runtime, test_command: str, timeout: float, origin: str) -> None:
+        self.runtime = runtime
+        self.test_command = test_command
+        self.timeout = timeout
+        self.origin = origin
+        self.records: list[dict] = []
+        self._files: dict[tuple[str, str], str] = {}
+
+    def file_at(self, patch: str, path: str) -> str | None:
+        """The text of `path` with `patch` applied (cached per patch)."""
+        key = (patch, path)
+        if key not in self._files:
+            apply_patch(self.runtime, patch)
+            try:
+                self._files[key] = self.runtime.read_text(path)
+            except (FileNotFoundError, IsADirectoryError, OSError):
+                return None
+        return self._files[key]
+
+    def evaluate(self, parent: Node, path: str, start: int, end: int, replacement: str | None, **info) -> Node | None:
+        """Apply the rewrite on top of the parent's patch in a reset tree, run the tests, record the candidate."""
+        started = time.monotonic()
+        record = {"id": f"{self.origin}-{len(self.records) + 1}", "origin": self.origin,
+                  "target": f"{path}:{start}" + (f"-{end}" if end != start else ""), **info,
+                  "replacement": replacement, "passed": None, "failed": None, "ok": False, "edited_lines": None}
+        self.records.append(record)
+        text = self.file_at(parent.patch, path)
+        if replacement is None or text is None:
+            record["status"] = "no code in reply" if text is not None else "file missing"
+            return None
+        new_text = replace_region(text, start, end, replacement)
+        if new_text == text:
+            record["status"] = "no-op"
+            return None
+        if path.endswith(".py"):
+            try:
+                ast.parse(new_text)
+            except (SyntaxError, ValueError) as exc:
+                record["status"] = f"unparsable: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+                return None
+        try:
+            apply_patch(self.runtime, parent.patch)
+        except PatchError as exc:
+            record["status"] = str(exc)
+            return None
+        self.runtime.write_file(path, new_text)
+        patch = self.runtime.diff()
+        outcome = run_test_command(self.runtime, self.test_command, self.timeout)
+        record.update(status="evaluated", patch=patch, passed=outcome.passed, failed=outcome.failed, ok=outcome.ok,
+                      exit_code=outcome.exit_code, edited_lines=edited_lines(patch)["total"],
+                      test_output=outcome.output[-2000:], seconds=round(time.monotonic() - started, 3))
+        return Node(patch, outcome)
+
+
+def _best(nodes: list[Node]) -> Node | None:
+    return max(nodes, key=lambda n: n.outcome.key(), default=None)
+
+
+def flare_refine(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], *,
+                 test_command: str, timeout: float, k: int, rounds: int, context: int) -> SearchResult:
+    """FLARE: per round, one revision per top-k suspicious line; keep the best; stop on a pass or no progress."""
+    runner = CandidateRunner(runtime, test_command, timeout, "flare")
+    node = start
+    for round_no in range(1, rounds + 1):
+        children = []
+        for path, line, _suspect in top_lines(suspects, k):
+            text = runner.file_at(node.patch, path)
+            if text is None or not 1 <= line <= len(text.splitlines()):
+                continue
+            lo, hi = context_window(text, line, context)
+            original = text.splitlines()[line - 1]
+            reply = ask(prompts.revision_prompt(problem, path, numbered(text, lo, hi), line, original,
+                                                node.outcome.output), f"flare round {round_no} {path}:{line}", False)
+            child = runner.evaluate(node, path, line, line, extract_code(reply), round=round_no)
+            if child is not None:
+                children.append(child)
+        best = _best(children)
+        if best is None or best.outcome.key() <= node.outcome.key():
+            break
+        node = best
+        if node.outcome.ok:
+            break
+    return SearchResult(node, node is not start, runner.records)
+
+
+def bester_search(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], *,
+                  test_command: str, timeout: float, reflections: int, depth: int, context: int) -> SearchResult:
+    """BESTER: n self-reflections per node, one repair each; expand the best child, to `depth`."""
+    runner = CandidateRunner(runtime, test_command, timeout, "bester")
+    node = start
+    target = next(((s.path, s.start_line) for s in suspects), None)
+    for level in range(1, depth + 1):
+        if target is None:
+            break
+        path, line = target
+        text = runner.file_at(node.patch, path)
+        if text is None:
+            break
+        lo, hi = context_window(text, min(line, len(text.splitlines()) or 1), context)
+        hi = min(hi, lo + MAX_REGION_LINES - 1)
+        code = numbered(text, lo, hi)
+        children = []
+        for i in range(reflections):
+            reflection = ask(prompts.reflection_prompt(problem, path, code, node.outcome.output),
+                             f"bester depth {level} reflection {i + 1}", True)
+            region = "\n".join(text.splitlines()[lo - 1 : hi])
+            reply = ask(prompts.repair_prompt(problem, path, region, lo, hi, reflection),
+                        f"bester depth {level} repair {i + 1}", False)
+            child = runner.evaluate(node, path, lo, hi, extract_code(reply), depth=level, reflection=reflection)
+            if child is not None:
+                children.append(child)
+        best = _best(children)
+        if best is None or best.outcome.key() <= node.outcome.key():
+            break
+        node = best
+        if node.outcome.ok:
+            break
+    return SearchResult(node, node is not start, runner.records)

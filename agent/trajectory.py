@@ -1,0 +1,122 @@
+"""Trajectories: one JSON file per run, rewritten atomically after every graph step, and a readable rendering.
+
+The file holds every message, tool call and observation, the suspects, the search candidates with their test
+results, timings, token counts and log-probabilities, so a killed or failed run still leaves a complete record of
+what happened up to its last step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+
+FORMAT = "pinpoint-trajectory/1"
+STATE_KEYS = ("status", "detail", "final_patch", "patch", "steps", "prompt_tokens", "completion_tokens", "cost_usd",
+              "elapsed_s", "suspects", "messages", "events", "test_runs", "candidates", "best", "searches")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write to a temporary file in the same folder and rename it over `path` (never a half-written file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class TrajectoryWriter:
+    """Keeps the run's metadata and writes `meta + state` to `path` whenever the state changes."""
+
+    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.meta = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **meta}
+
+    def write(self, state: dict[str, Any], **extra: Any) -> None:
+        data = dict(self.meta)
+        data.update({k: state.get(k) for k in STATE_KEYS if k in state})
+        data.update(extra)
+        data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_json_atomic(self.path, data)
+
+
+def load_trajectory(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read trajectory {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not a trajectory (invalid JSON: {exc})") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a pinpoint trajectory (expected format {FORMAT!r})")
+    return data
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more characters]"
+
+
+def render(data: dict[str, Any], console: Console, full: bool = False) -> None:
+    """Header, suspects, the step-by-step conversation, candidates, tests and the final patch."""
+    limit = 100_000 if full else 1500
+    task = data.get("task", {})
+    header = Table.grid(padding=(0, 2))
+    for key, value in (
+        ("instance", task.get("instance_id", "?")), ("status", data.get("status", "?")),
+        ("detail", data.get("detail") or ""), ("model", data.get("model", "?")),
+        ("steps", data.get("steps", 0)),
+        ("tokens", f"{data.get('prompt_tokens', 0)} in / {data.get('completion_tokens', 0)} out"),
+        ("cost", "unknown" if data.get("cost_usd") is None else f"${data['cost_usd']:.4f}"),
+        ("wall", f"{data.get('elapsed_s', 0.0):.1f}s"), ("edited lines", data.get("edited_lines", "?")),
+    ):
+        header.add_row(f"[bold]{key}[/]", str(value))
+    console.print(Panel(header, title="pinpoint trajectory"))
+    suspects = data.get("suspects") or []
+    if suspects:
+        table = Table(title="suspects (fused)", show_lines=False)
+        for col in ("#", "location", "score", "evidence"):
+            table.add_column(col, overflow="fold")
+        for i, s in enumerate(suspects[:10]):
+            span = f"{s['path']}:{s['start_line']}" + (f"-{s['end_line']}" if s["end_line"] != s["start_line"] else "")
+            table.add_row(str(i + 1), span, f"{s['score']:.3f}", _clip(s.get("evidence", ""), 300))
+        console.print(table)
+    for i, message in enumerate(data.get("messages") or []):
+        role = message.get("role", "?")
+        if role == "system" and not full:
+            continue
+        body = _clip(str(message.get("content") or ""), limit)
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function", {})
+            body += f"\n→ {fn.get('name')}({_clip(fn.get('arguments', ''), 600)})"
+        style = {"assistant": "cyan", "tool": "green", "user": "yellow"}.get(role, "white")
+        console.print(Panel(body or "(empty)", title=f"{i} {role}", title_align="left", border_style=style))
+    candidates = data.get("candidates") or []
+    if candidates:
+        table = Table(title="search candidates")
+        for col in ("id", "origin", "target", "passed", "failed", "ok", "lines"):
+            table.add_column(col)
+        for c in candidates:
+            table.add_row(c.get("id", ""), c.get("origin", ""), c.get("target", ""), str(c.get("passed")),
+                          str(c.get("failed")), "yes" if c.get("ok") else "no", str(c.get("edited_lines")))
+        console.print(table)
+    for run in data.get("test_runs") or []:
+        console.print(f"[bold]test[/] `{run.get('command')}` → exit {run.get('exit_code')}, "
+                      f"passed {run.get('passed')}, failed {run.get('failed')}")
+    patch = data.get("final_patch") or data.get("patch") or ""
+    console.print(Panel(Syntax(patch, "diff") if patch.strip() else "(empty patch)", title="final patch"))
