@@ -76,15 +76,15 @@ def test_undo_of_a_create_removes_the_file(local_requests):
     assert local_requests.diff() == ""
 
 
-def test_run_tests_lists_collection_errors(local_requests):
+def test_run_tests_lists_collection_errors_even_in_colour(local_requests):
     local_requests.write_file("test_broken_import.py", b"import no_such_module\n\ndef test_x():\n    pass\n")
     result = call_tool(default_tools(), "run_tests", {
-        "command": f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q test_broken_import.py",
+        "command": f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q --color=yes test_broken_import.py",
     }, local_requests)
     # requests' pytest.ini adds --doctest-modules: the module fails to collect twice, under one name
     assert "Exit code: 2 (failure)" in result.output and "Result: 2 errors" in result.output
     assert "Errors (1):\n  test_broken_import.py" in result.output
-    assert "No module named 'no_such_module'" in result.output
+    assert "No module named 'no_such_module'" in result.output and "\x1b[" not in result.output
 
 
 def test_parse_pytest_reads_verbose_and_old_style_summaries():
@@ -100,3 +100,16 @@ def test_parse_pytest_reads_verbose_and_old_style_summaries():
     assert summary.failed == ["tests/test_a.py::test_two[x-1]"]
     assert summary.errors == ["tests/test_b.py::test_three"]
     assert parse_pytest("Ran 3 tests in 0.001s\n\nOK\n") is None  # unittest output: no pytest summary
+
+
+def test_binary_files_are_described_not_dumped(local_requests):
+    result = call_tool(default_tools(), "view", {"path": "ext/kr.png"}, local_requests)
+    size = len(local_requests.read_file("ext/kr.png"))
+    assert not result.error and result.output.startswith("ext/kr.png is a binary file (")
+    assert size > 1000 and len(result.output) < 200
+
+
+def test_edits_outside_the_repository_are_refused(local_requests, tmp_path):
+    outside = tmp_path / "host.txt"
+    result = edit(default_tools(), local_requests, command="create", path=str(outside), file_text="x\n")
+    assert result.error and "outside the repository" in result.output and not outside.exists()

@@ -27,7 +27,7 @@ from tools.base import (
     write_source,
 )
 from tools.syntax import PYTHON_SUFFIXES, broken_by_edit
-from tools.view import view
+from tools.view import MORE_HINT, view
 
 SNIPPET_CONTEXT = 4
 #: below this similarity, the zero-match hint says nothing resembles old_str instead of quoting noise
@@ -73,6 +73,10 @@ class Editor:
         if command == "view":
             return view(runtime, path, view_range)
         absolute = absolute_path(runtime, path)
+        if display_path(runtime, absolute).startswith("/"):
+            raise ToolError(
+                f"{path} is outside the repository; the patch is the repository's diff, so edit files in it."
+            )
         if command == "create":
             return self.create(runtime, absolute, _required(file_text, "file_text", command))
         if command == "str_replace":
@@ -285,5 +289,5 @@ def editor_tool() -> Tool:
         ),
         parameters=EDITOR_PARAMETERS,
         function=Editor(),
-        more_hint="Pass view_range=[start, end] to see a later part of the file.",
+        more_hint=MORE_HINT,
     )

@@ -17,6 +17,7 @@ MAX_NAMES = 30
 _SUMMARY = re.compile(
     r"^=*\s*((?:\d+ [a-z]+(?:, )?)+|no tests ran)\b.*? in [\d.]+ ?s(?:econds)?\b", re.MULTILINE
 )
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _COUNT = re.compile(r"(\d+) ([a-z]+)")
 # "FAILED tests/t.py::test_x - AssertionError" (short summary) and "tests/t.py::test_x FAILED" (verbose)
 _SHORT = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
@@ -64,7 +65,8 @@ def run_tests(runtime: Runtime, command: str, timeout: int = DEFAULT_TIMEOUT_S) 
         lines.append(
             f"Exit code: {result.exit_code}" + (" (success)" if result.exit_code == 0 else " (failure)")
         )
-    summary = parse_pytest(result.output)
+    plain = _ANSI.sub("", result.output)  # projects that force --color=yes
+    summary = parse_pytest(plain)
     if summary is None:
         lines.append("No pytest summary found in the output.")
     else:
@@ -76,7 +78,7 @@ def run_tests(runtime: Runtime, command: str, timeout: int = DEFAULT_TIMEOUT_S) 
                 lines.extend(f"  {name}" for name in names[:MAX_NAMES])
                 if len(names) > MAX_NAMES:
                     lines.append(f"  ... and {len(names) - MAX_NAMES} more")
-    output = result.output.rstrip()
+    output = plain.rstrip()
     lines.append("Output (tail):" if output else "Output: (no output)")
     if output:
         lines.append(tail(output, OUTPUT_TAIL_CHARS, "Run a narrower selection of tests to see more."))

@@ -19,6 +19,7 @@ from tools.base import (
 #: folder names never worth showing to the model (VCS data, caches, build output)
 JUNK_DIRS = ("__pycache__", "node_modules", "*.egg-info", ".*")
 TREE_DEPTH = 2
+MORE_HINT = "For a file, pass view_range=[start, end] to see a later part; for a folder, view a subfolder."
 
 
 def view(runtime: Runtime, path: str, view_range: list[int] | None = None) -> str:
@@ -38,7 +39,10 @@ def view(runtime: Runtime, path: str, view_range: list[int] | None = None) -> st
 def view_file(runtime: Runtime, absolute: str, view_range: list[int] | None) -> str:
     """Numbered lines of a file; `view_range` is [start, end] (1-based, inclusive; end -1 = last line)."""
     shown = display_path(runtime, absolute)
-    lines = printable(read_source(runtime, absolute)).splitlines()
+    text = printable(read_source(runtime, absolute))
+    if "\x00" in text:
+        return f"{shown} is a binary file ({len(text.encode())} bytes); it is not shown."
+    lines = text.splitlines()
     if not lines:
         return f"{shown} is empty."
     start, end = 1, len(lines)
@@ -104,5 +108,5 @@ VIEW_TOOL = Tool(
         "additionalProperties": False,
     },
     function=view,
-    more_hint="Pass view_range=[start, end] to see a later part of the file.",
+    more_hint=MORE_HINT,
 )
