@@ -100,6 +100,8 @@ def test_parse_pytest_reads_verbose_and_old_style_summaries():
     assert summary.failed == ["tests/test_a.py::test_two[x-1]"]
     assert summary.errors == ["tests/test_b.py::test_three"]
     assert parse_pytest("Ran 3 tests in 0.001s\n\nOK\n") is None  # unittest output: no pytest summary
+    coloured = "\x1b[31m\x1b[1m1 failed\x1b[0m, \x1b[32m2 passed\x1b[0m\x1b[31m in 0.12s\x1b[0m\n"
+    assert parse_pytest(coloured).counts == {"failed": 1, "passed": 2}
 
 
 def test_binary_files_are_described_not_dumped(local_requests):

@@ -33,6 +33,7 @@ class PytestSummary:
 
 def parse_pytest(output: str) -> PytestSummary | None:
     """Counts and failing test ids from pytest-style output; None when the output has no pytest summary line."""
+    output = _ANSI.sub("", output)
     summaries = _SUMMARY.findall(output)
     failures = _SHORT.findall(output) + [(status, name) for name, status in _VERBOSE.findall(output)]
     if not summaries and not failures:
@@ -65,7 +66,7 @@ def run_tests(runtime: Runtime, command: str, timeout: int = DEFAULT_TIMEOUT_S) 
         lines.append(
             f"Exit code: {result.exit_code}" + (" (success)" if result.exit_code == 0 else " (failure)")
         )
-    plain = _ANSI.sub("", result.output)  # projects that force --color=yes
+    plain = _ANSI.sub("", result.output)  # projects that force --color=yes; the model reads plain text
     summary = parse_pytest(plain)
     if summary is None:
         lines.append("No pytest summary found in the output.")
