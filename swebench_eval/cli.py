@@ -132,7 +132,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"{verdict.instance_id}: {verdict.outcome}{note}", flush=True)
 
     summary = run_eval(instances, predictions, run_id, workers=args.workers, rerun=args.rerun,
-                       timeout=args.timeout, on_result=progress, sources=sources)
+                       timeout=args.timeout, runs_dir=args.runs_dir, on_result=progress, sources=sources)
     _print_table(instances, summary)
     return 0
 
@@ -194,6 +194,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--rerun", action="store_true", help="redo instances that already have a report")
     evaluate.add_argument("--run-id", help="results go to runs/eval/<run-id>/ (default: gold, empty or the file stem)")
     evaluate.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
+    evaluate.add_argument("--runs-dir", type=Path, help="results root (default: runs/ in the project)")
     evaluate.set_defaults(func=_guard(_eval))
 
     bench = subparsers.choices.get("bench") or subparsers.add_parser("bench", help="benchmarks")

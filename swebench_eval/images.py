@@ -11,33 +11,25 @@ import hashlib
 import json
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from environments.images import commit_build_step, ensure_base_image, image_exists
-
+from environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
 from swebench_eval.datasets import Instance
-from swebench_eval.scripts import TESTBED, env_script, instance_script
+from swebench_eval.scripts import TESTBED, VENV, env_script, instance_script
 from swebench_eval.sources import RepoSources
-from swebench_eval.specs import env_inputs, python_version, spec_for
+from swebench_eval.specs import env_inputs, spec_for
 
 LABEL = "pinpoint.swebench"
 ENV_REPO = "pinpoint-swe-env"
 INSTANCE_REPO = "pinpoint-swe-instance"
 ENV_BUILD_TIMEOUT = 3600
 INSTANCE_BUILD_TIMEOUT = 1800
-
-_tag_locks: dict[str, threading.Lock] = {}
-_guard = threading.Lock()
-
-
-def _lock(tag: str) -> threading.Lock:
-    with _guard:
-        return _tag_locks.setdefault(tag, threading.Lock())
-
+#: the env layer's venv is the image's Python, for the eval script and for any command an agent runs
+ENV_CHANGES = [f"ENV VIRTUAL_ENV={VENV}",
+               f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
 
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
@@ -65,11 +57,14 @@ def plan_images(instance: Instance, sources: RepoSources | None = None, specs_pa
     """Resolve the layer tags of `instance` (this builds the base image if missing: its tag names the parent)."""
     sources = sources or RepoSources()
     spec = spec_for(instance, specs_path)
-    requested, used = python_version(spec)
-    base = ensure_base_image(used)
+    requested = str(spec["python"])
+    # without a registry, 3.10 has no base here: the nearest version stands in, and every report says so
+    base = ensure_base_image(requested, allow_nearest=True)
+    used = (_client().images.get(base).labels or {}).get("pinpoint.python", requested)
     inputs = env_inputs(instance, spec, sources)
     env_text = env_script(inputs)
-    env_tag = f"{ENV_REPO}:{_safe(instance.owner_name)}-{_safe(instance.version)}-{_digest(base, env_text)}"
+    # no version in the tag: versions whose inputs agree (e.g. all of sympy's) share one env layer
+    env_tag = f"{ENV_REPO}:{_safe(instance.owner_name)}-{_digest(base, env_text)}"
     inst_text = instance_script(instance, spec)
     inst_tag = (f"{INSTANCE_REPO}:{_safe(instance.instance_id)}-"
                 f"{_digest(env_tag, inst_text, instance.repo, instance.base_commit)}")
@@ -102,13 +97,13 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
     sources = sources or RepoSources()
     plan = plan_images(instance, sources, specs_path)
     record = BuildRecord(plan)
-    with _lock(plan.env_tag):
+    with file_lock(plan.env_tag):  # across threads and processes: one build per tag
         if not image_exists(plan.env_tag):
             start = time.monotonic()
             commit_build_step(plan.base_tag, plan.env_script, plan.env_tag, network=True,
-                              labels=_labels("env", instance), timeout=ENV_BUILD_TIMEOUT)
+                              labels=_labels("env", instance), changes=ENV_CHANGES, timeout=ENV_BUILD_TIMEOUT)
             record.env_seconds = time.monotonic() - start
-    with _lock(plan.instance_tag):
+    with file_lock(plan.instance_tag):
         if not image_exists(plan.instance_tag):
             start = time.monotonic()
             workdir = Path(tempfile.mkdtemp(prefix="pinpoint-src-"))
@@ -116,7 +111,7 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
                 source = sources.export(instance.repo, instance.base_commit, workdir / "testbed")
                 commit_build_step(plan.env_tag, plan.instance_script, plan.instance_tag, network=True,
                                   copy_in={str(source): TESTBED}, labels=_labels("instance", instance),
-                                  timeout=INSTANCE_BUILD_TIMEOUT)
+                                  changes=[f"WORKDIR {TESTBED}"], timeout=INSTANCE_BUILD_TIMEOUT)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             record.instance_seconds = time.monotonic() - start
@@ -124,9 +119,9 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
 
 
 def _client():
-    import docker
+    from environments import engine
 
-    return docker.from_env()
+    return engine.client()
 
 
 def list_images() -> list[dict[str, Any]]:

@@ -44,7 +44,8 @@ def env_script(inputs: EnvInputs) -> str:
         "set -euxo pipefail",
         f"python3 -m venv {VENV}",
         f"source {VENV}/bin/activate",
-        f"python -m pip install --upgrade pip=={PIP_VERSION}",
+        # conda envs come with wheel; the offline reinstall at eval time (no build isolation) needs it
+        f"python -m pip install --upgrade pip=={PIP_VERSION} wheel",
     ]
     pins = " ".join(shlex.quote(p) for p in inputs.pip_packages)
     if inputs.packages_kind == "requirements":

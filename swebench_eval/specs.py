@@ -40,9 +40,6 @@ ENV_YML_PATHS = {
 #: yanked packages the official harness swaps (clean_requirements)
 REPLACE_REQ_PACKAGES = [("types-pkg_resources", "types-setuptools")]
 
-#: Python versions with no base image here, and the nearest one we substitute (recorded in every report).
-#: 3.10 has no Debian suite; 3.9 is chosen over 3.11 because the xarray pins (numpy 1.23.0) have cp39 wheels only.
-PYTHON_SUBSTITUTES = {"3.10": "3.9"}
 
 
 class SpecError(KeyError):
@@ -65,12 +62,6 @@ def spec_for(instance: Instance, specs_path: str | None = None) -> dict[str, Any
         known = ", ".join(sorted(specs.get(instance.repo, {}))) or "none"
         raise SpecError(f"{instance.instance_id}: no environment spec for {instance.repo} version "
                         f"{instance.version!r} (known versions: {known})") from None
-
-
-def python_version(spec: dict[str, Any]) -> tuple[str, str]:
-    """(requested, used): the spec's Python version and the one we build, which differ only for substitutes."""
-    requested = str(spec["python"])
-    return requested, PYTHON_SUBSTITUTES.get(requested, requested)
 
 
 def modified_test_files(test_patch: str) -> list[str]:
@@ -162,6 +153,7 @@ def _setup_commit(instance: Instance, sources: RepoSources) -> str:
 
 
 def env_inputs(instance: Instance, spec: dict[str, Any], sources: RepoSources) -> EnvInputs:
+    """What the env layer installs; `python` is the spec's version (the base image decides what stands in)."""
     packages = spec.get("packages", "")
     if packages == "requirements.txt":
         kind, body = "requirements", _requirements_text(instance, sources)
@@ -171,5 +163,5 @@ def env_inputs(instance: Instance, spec: dict[str, Any], sources: RepoSources) -
         kind, body = "list", packages
     else:
         kind, body = "none", ""
-    return EnvInputs(python=python_version(spec)[1], packages=body, packages_kind=kind,
+    return EnvInputs(python=str(spec["python"]), packages=body, packages_kind=kind,
                      pip_packages=tuple(spec.get("pip_packages", [])))

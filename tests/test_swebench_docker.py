@@ -1,0 +1,55 @@
+"""One real SWE-bench instance end to end, through the same handler as `pinpoint eval`: real repository, real
+layered images, real tests in a container, graded by the official parser and grader."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from swebench_eval.cli import register
+from swebench_eval.datasets import load_instances
+from swebench_eval.evaluate import evaluate_patch
+
+pytestmark = pytest.mark.docker
+
+#: psf/requests builds fastest (Python 3.9, pytest and `pip install .`)
+INSTANCE = "psf__requests-2931"
+
+
+def _eval(tmp_path, capsys, *flags: str) -> tuple[dict, str]:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["eval", *flags, "--instances", INSTANCE, "--runs-dir", str(tmp_path), "--run-id", "t"])
+    assert args.func(args) == 0
+    report = json.loads((tmp_path / "eval" / "t" / INSTANCE / "report.json").read_text())[INSTANCE]
+    return report, capsys.readouterr().out
+
+
+def test_gold_resolves_empty_does_not_and_a_rerun_is_skipped(tmp_path, capsys, docker_client):
+    gold, _ = _eval(tmp_path / "gold", capsys, "--gold")
+    assert gold["resolved"] is True and gold["pinpoint"]["outcome"] == "resolved"
+    assert gold["tests_status"]["FAIL_TO_PASS"]["success"] == ["test_requests.py::TestRequests::test_binary_put"]
+    assert gold["pinpoint"]["test_exit_code"] == 0
+    run_dir = tmp_path / "gold" / "eval" / "t"
+    log = (run_dir / INSTANCE / "test_output.txt").read_text()
+    assert ">>>>> Start Test Output" in log and ">>>>> Test Exit Code: 0" in log
+    assert (run_dir / INSTANCE / "eval.sh").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resolved_instances"] == 1 and summary["ids"]["resolved"] == [INSTANCE]
+
+    _, out = _eval(tmp_path / "gold", capsys, "--gold")
+    assert f"{INSTANCE}: resolved (finished earlier)" in out
+
+    empty, _ = _eval(tmp_path / "empty", capsys, "--empty")
+    assert empty["resolved"] is False and empty["pinpoint"]["outcome"] == "unresolved"
+    assert empty["tests_status"]["FAIL_TO_PASS"]["failure"] == ["test_requests.py::TestRequests::test_binary_put"]
+    assert empty["pinpoint"]["test_exit_code"] == 1
+
+
+def test_a_test_run_past_its_timeout_is_an_infrastructure_failure(tmp_path, docker_client):
+    instance = load_instances(ids=[INSTANCE])[0]
+    verdict = evaluate_patch(instance, instance.patch, out_dir=tmp_path, timeout=3)
+    assert verdict.outcome == "timeout" and verdict.infra_failure and not verdict.resolved
+    assert "Timeout error: 3 seconds exceeded." in (tmp_path / "test_output.txt").read_text()
