@@ -163,6 +163,10 @@ def test_search_symbol_points_at_the_definition_with_its_signature(tools, rt):
     assert location.endswith("method Session.request") and path == "requests/sessions.py"
     assert lines_of(rt, path)[int(line) - 1].strip().startswith("def request(self, method, url,")
     assert signature.strip().startswith("def request(self, method, url, params=None")
+    # PreparedRequest inherits _encode_params from a mixin: the lookup shows where it really lives
+    inherited = call(tools, rt, "search", query="PreparedRequest._encode_params", kind="symbol")
+    assert inherited.output.startswith("No definition is qualified as 'PreparedRequest._encode_params'")
+    assert "method RequestEncodingMixin._encode_params" in inherited.output
 
 
 def test_search_symbol_sees_uncommitted_files_and_reports_misses(tools, rt):

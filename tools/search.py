@@ -140,22 +140,26 @@ def find_symbol(runtime: Runtime, name: str, scope: str, max_results: int) -> st
     )
     if exit_code not in (0, 1):
         raise ToolError(f"Symbol search failed: {' '.join(lines).strip() or f'exit code {exit_code}'}")
-    found = [
+    named = [
         definition
         for candidate in lines
         if candidate.endswith(PYTHON_SUFFIXES)
         for definition in definitions_in(
             candidate, read_source(runtime, absolute_path(runtime, candidate)), last
         )
-        if definition.qualified_name == name or definition.qualified_name.endswith("." + name)
     ]
+    found = [d for d in named if d.qualified_name == name or d.qualified_name.endswith("." + name)]
+    header = f"{len(found)} definitions of {name!r}:"
+    if not found and named:  # `Matrix.det` when det lives in a base class or mixin: show every `det`
+        found = named
+        header = f"No definition is qualified as {name!r}, but {len(named)} definitions of {last!r} exist:"
     if not found:
         return f"No class or function named {name!r} is defined in {_where(scope)}. Try kind='text' to find other uses."
     shown = found[:max_results]
     note = _more_note(len(shown), len(found), "definitions")
     if total > len(lines):
         note += f"\n[only the first {len(lines)} of {total} candidate files were parsed; narrow `path`.]"
-    return f"{len(found)} definitions of {name!r}:\n" + "\n".join(d.render() for d in shown) + note
+    return header + "\n" + "\n".join(d.render() for d in shown) + note
 
 
 def definitions_in(path: str, source: str, name: str) -> list[Definition]:
