@@ -154,8 +154,18 @@ def _deep_merge(base: dict, extra: dict) -> dict:
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, **fields: Any) -> Config:
-    """Defaults <- file (YAML or TOML) <- `overrides` ("section.field=value") <- `fields` ("section.field": value)."""
+def _nest(dotted: dict[str, Any]) -> dict:
+    data: dict = {}
+    for key, value in dotted.items():
+        section, _, name = key.partition(".")
+        data = _deep_merge(data, {section: {name: value}})
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                defaults: dict[str, Any] | None = None, **fields: Any) -> Config:
+    """Built-in defaults <- `defaults` (a command's own, {"section.field": value}) <- file (YAML or TOML) <-
+    `overrides` ("section.field=value") <- `fields` ({"section.field": value}; None values are ignored)."""
     data: dict = {}
     if path is not None:
         path = Path(path)
@@ -170,6 +180,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: expected a mapping of sections at the top level")
         data = loaded or {}
+    data = _deep_merge(_nest(defaults or {}), data)
     pairs: list[tuple[str, Any]] = []
     for item in overrides or []:
         key, sep, raw = item.partition("=")
@@ -178,6 +189,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         pairs.append((key.strip(), _parse_scalar(raw)))
     pairs.extend((k, v) for k, v in fields.items() if v is not None)
     for key, value in pairs:
-        section, _, name = key.partition(".")
-        data = _deep_merge(data, {section: {name: value}})
+        data = _deep_merge(data, _nest({key: value}))
     return _build(Config, data, "")

@@ -176,13 +176,17 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         commands = [r["command"] for r in state.get("test_runs") or [] if r.get("source") == "model"]
         return commands[-1] if commands else None
 
+    def search_allowed(state: AgentState) -> bool:
+        return (cfg.search.policy != "none" and state.get("searches", 0) < cfg.search.max_searches
+                and test_command_of(state) is not None)
+
     def view(state: AgentState) -> dict:
         task = task_of(state)
         tree = call_tool(ctx.tools, "view", {"path": "."}, ctx.runtime, limit).output
         messages = [{"role": "system", "content": prompts.SYSTEM},
                     {"role": "user", "content": prompts.task_message(task.problem_statement, tree, task.hints,
                                                                      task.test_command)}]
-        return {"messages": messages, "route": "localize", "status": "running"}
+        return {"messages": messages, "route": "test" if task.test_command else "localize", "status": "running"}
 
     def localize(state: AgentState) -> dict:
         task = task_of(state)
@@ -194,7 +198,8 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         snippets = {i: _snippet(ctx, s) for i, s in enumerate(top)}
         message = prompts.suspects_message(top, snippets, request.test_output)
         event = {"kind": "localize", "signals": {k: [s.to_dict() for s in v[:20]] for k, v in per_signal.items()}}
-        return {"suspects": [s.to_dict() for s in fused[:50]], "route": "edit", "events": [event],
+        route = "search" if failure is not None and search_allowed(state) else "edit"
+        return {"suspects": [s.to_dict() for s in fused[:50]], "route": route, "events": [event],
                 "messages": [{"role": "user", "content": message}]}
 
     def edit(state: AgentState) -> dict:
@@ -261,11 +266,12 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         for call in remaining:
             update["messages"].append(_tool_message(call["id"], "Not submitted: the tests fail (see above)."))
         update["pending_calls"] = []
-        if (cfg.search.policy != "none" and state.get("searches", 0) < cfg.search.max_searches
-                and test_command_of({**state, "test_runs": (state.get("test_runs") or []) + runs})):
+        after = {**state, "test_runs": (state.get("test_runs") or []) + runs}
+        localized = any(e.get("kind") == "localize" for e in state.get("events") or [])
+        if not localized or (cfg.agent.relocalize_on_failure and _new_locations(state, last["output"])):
+            update["route"] = "localize"  # localize with the traceback; it starts the search when allowed
+        elif search_allowed(after):
             update["route"] = "search"
-        elif cfg.agent.relocalize_on_failure and _new_locations(state, last["output"]):
-            update["route"] = "localize"
         else:
             update["route"] = "edit"
         return update
@@ -356,8 +362,8 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         graph.add_node(name, _node(ctx, name, fn, budgeted))
     graph.set_entry_point("view")
     edges = {
-        "view": ("localize", "finalize"),
-        "localize": ("edit", "finalize"),
+        "view": ("test", "localize", "finalize"),
+        "localize": ("edit", "search", "finalize"),
         "edit": ("edit", "test", "submit", "finalize"),
         "test": ("submit", "search", "localize", "edit", "finalize"),
         "search": ("submit", "edit", "finalize"),

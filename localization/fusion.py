@@ -60,19 +60,23 @@ def fuse_localizers(
 
 
 def top_lines(suspects: Sequence[Suspect], k: int) -> list[tuple[str, int, Suspect]]:
-    """The k most suspicious distinct lines: a line suspect gives its line; a span gives its first line not yet taken.
+    """The k most suspicious distinct lines, walking the fused list: each span gives its lines in order, at most
+    `max(1, k // 2)` of them, so one broad span (a function, a file) cannot crowd out the next suspects.
 
-    FLARE refines one line at a time; spans (functions, files) contribute their head so a narrow signal is never
-    drowned by a broad one.
+    FLARE refines one line at a time; line-level signals (tracebacks, the diagnostic model) rank their lines first.
     """
     out: list[tuple[str, int, Suspect]] = []
     taken: set[tuple[str, int]] = set()
+    per_span = max(1, k // 2)
     for s in suspects:
-        if len(out) >= k:
-            break
+        given = 0
         for line in range(s.start_line, s.end_line + 1):
+            if len(out) >= k or given >= per_span:
+                break
             if (s.path, line) not in taken:
                 taken.add((s.path, line))
                 out.append((s.path, line, s))
-                break
+                given += 1
+        if len(out) >= k:
+            break
     return out

@@ -108,6 +108,24 @@ def definition_span(source: str, line: int) -> tuple[int, int]:
     return line, end
 
 
+def body_span(source: str, line: int) -> tuple[int, int]:
+    """The statements of the function defined at `line`, without its signature and docstring (where faults live);
+    the whole definition for classes, one-line bodies and files that will not parse."""
+    start, end = definition_span(source, line)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return start, end
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.lineno == line:
+            body = node.body
+            if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                body = body[1:]
+            return body[0].lineno, end
+    return start, end
+
+
 def enclosing_definition(source: str, line: int) -> tuple[int, int, str] | None:
     """The innermost function or class that contains `line`, as (start, end, name)."""
     try:
@@ -230,7 +248,7 @@ class RetrievalLocalizer:
         for depth, (_, path, line, func) in enumerate(frames):
             source = self._text(path)
             code = source.splitlines()[line - 1].strip() if 0 < line <= len(source.splitlines()) else ""
-            base = 1.5 if _is_test_path(path) else 4.0
+            base = 0.5 if _is_test_path(path) else 4.0  # a test's own frame says little about the fault
             where = f" in {func}" if func else ""
             add(path, line, line, base + 0.2 * depth / max(1, len(frames)),
                 f"traceback frame {depth + 1}/{len(frames)} at {path}:{line}{where}: `{code}`")
@@ -267,7 +285,7 @@ class RetrievalLocalizer:
         hits = self._grep_definitions(names)
         count = Counter(name for _, _, name in hits)
         for path, line, name in hits:
-            start, end = definition_span(self._text(path), line)
+            start, end = body_span(self._text(path), line)
             specificity = 1.0 / count[name]
             score = 1.5 * specificity * (1 + math.log1p(mentions[name])) / 2
             if _is_test_path(path):

@@ -1,0 +1,120 @@
+"""`pinpoint fix` helpers: read an issue (GitHub URL or text file), build a container for a team's repository from
+its own install files, and turn the final patch into a branch of the user's repository without touching their
+working tree."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
+from environments.local import clone_checkout
+from environments.repo_image import repo_image_tag
+
+_ISSUE_URL = re.compile(r"^https?://github\.com/([^/]+)/([^/]+)/(?:issues|pull)/(\d+)")
+WORKDIR = "/testbed"
+VENV = "/opt/venv"
+#: install the repository the way its own files say; each step may fail offline, the editable install stays
+INSTALL_SCRIPT = f"""git config --system --add safe.directory '*'
+cd {WORKDIR}
+python3 -m venv {VENV}
+PIP="{VENV}/bin/pip --disable-pip-version-check"
+for f in requirements*.txt requirements/*.txt; do
+  if [ -f "$f" ]; then $PIP install -r "$f" || echo "pinpoint: could not install $f (offline?)"; fi
+done
+if [ -f pyproject.toml ] || [ -f setup.py ]; then
+  $PIP install -e . || $PIP install --no-deps --no-build-isolation --no-index -e . || echo "pinpoint: no install"
+fi
+$PIP install pytest || echo "pinpoint: pytest not installed (offline?)"
+"""
+
+
+class IssueError(ValueError):
+    """The issue could not be read; the message says why and what to do instead."""
+
+
+def read_issue(spec: str, timeout: float = 20.0) -> tuple[str, str]:
+    """(id, text) of an issue given as a GitHub issue URL (fetched through the API) or a text file."""
+    match = _ISSUE_URL.match(spec)
+    if match:
+        owner, name, number = match.groups()
+        api = f"https://api.github.com/repos/{owner}/{name}/issues/{number}"
+        headers = {"Accept": "application/vnd.github+json"}
+        if os.environ.get("GITHUB_TOKEN"):
+            headers["Authorization"] = f"Bearer {os.environ['GITHUB_TOKEN']}"
+        try:
+            response = httpx.get(api, headers=headers, timeout=timeout, follow_redirects=True)
+        except httpx.HTTPError as exc:
+            raise IssueError(f"cannot fetch {spec} ({type(exc).__name__}: {exc}); are you offline? Save the issue "
+                             "text to a file and pass --issue FILE instead") from exc
+        if response.status_code != 200:
+            raise IssueError(f"GitHub answered {response.status_code} for {api}: {response.text[:200]}; "
+                             "set GITHUB_TOKEN for private repositories, or pass --issue FILE")
+        data = response.json()
+        text = f"{data.get('title', '')}\n\n{data.get('body') or ''}".strip()
+        return f"{owner}__{name}-{number}", text
+    path = Path(spec)
+    if not path.is_file():
+        raise IssueError(f"--issue {spec!r} is neither a GitHub issue URL (https://github.com/OWNER/REPO/issues/N) "
+                         "nor a readable text file")
+    text = path.read_text(errors="replace").strip()
+    if not text:
+        raise IssueError(f"issue file {path} is empty")
+    return path.stem, text
+
+
+def head_commit(source: str) -> str:
+    """The commit `source` (a local repository) has checked out; URLs resolve in the clone instead."""
+    proc = subprocess.run(["git", "-C", source, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ValueError(f"{source} is not a git repository with a commit: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def build_fix_image(source: str, commit: str, python_version: str = "3.11", network: bool = True, log=print) -> str:
+    """An image of `source` at `commit` in /testbed, installed from its own requirement/pyproject/setup files."""
+    tag = repo_image_tag(source, commit, python_version, INSTALL_SCRIPT + str(network))
+    if image_exists(tag):
+        return tag
+    base = ensure_base_image(python_version, log=log)
+    with file_lock(tag):
+        if not image_exists(tag):
+            log(f"pinpoint: building {tag} (installing the repository's own requirements)")
+            with tempfile.TemporaryDirectory(prefix="pinpoint-fix-") as tmp:
+                checkout = os.path.join(tmp, "repo")
+                clone_checkout(source, checkout, commit)
+                commit_build_step(base, INSTALL_SCRIPT, tag, network=network, copy_in={checkout: WORKDIR},
+                                  labels={"pinpoint.repo": Path(str(source)).name, "pinpoint.commit": commit},
+                                  changes=[f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                           f"WORKDIR {WORKDIR}"])
+    return tag
+
+
+def create_branch(repo: str, branch: str, commit: str, patch: str, message: str) -> str:
+    """Commit `patch` on a new branch `branch` (from `commit`) of the local repository `repo`, via a temporary
+    worktree so the user's checkout and uncommitted work stay untouched. Returns the new commit."""
+    git = ["git", "-c", "user.name=pinpoint", "-c", "user.email=pinpoint@localhost"]
+    exists = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"],
+                            capture_output=True)
+    if exists.returncode == 0:
+        raise ValueError(f"branch {branch!r} already exists in {repo}; choose another --branch name")
+    with tempfile.TemporaryDirectory(prefix="pinpoint-branch-") as tmp:
+        tree = os.path.join(tmp, "tree")
+        subprocess.run(["git", "-C", repo, "worktree", "add", "--quiet", "-b", branch, tree, commit], check=True,
+                       capture_output=True)
+        try:
+            applied = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=tree, input=patch.encode(),
+                                     capture_output=True)
+            if applied.returncode != 0:
+                raise ValueError(f"the patch does not apply on {commit[:12]}: {applied.stderr.decode()[-500:]}")
+            subprocess.run(git + ["add", "-A"], cwd=tree, check=True)
+            subprocess.run(git + ["commit", "--quiet", "-m", message], cwd=tree, check=True)
+            sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True).stdout.strip()
+        finally:
+            subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
+    return sha
