@@ -20,8 +20,8 @@ from environments.repo_image import build_repo_image, extract_shared_repo
 #: psf/requests v2.27.0 (a SWE-bench Verified base commit): the real repository the benchmark runs on
 BENCH_REPO = "psf__requests"
 BENCH_COMMIT = "0192aac24123735b3eaf9b08df46429bb770c283"
-#: the command each concurrent environment runs: imports the editable-installed package
-CHECK_COMMAND = "python -c 'import requests, sys; print(requests.__version__); sys.exit(0)'"
+#: the command each concurrent environment runs: the editable install must resolve to the checkout
+CHECK_COMMAND = "python -c 'import importlib.metadata as m, importlib.util as u; print(m.version(\"requests\"), u.find_spec(\"requests\").origin)'"
 
 
 def bench_image(log=print) -> str:
@@ -49,7 +49,8 @@ def _concurrent_one(image: str) -> tuple[float, bool]:
     start = time.perf_counter()
     try:
         with DockerRuntime(image) as runtime:
-            ok = runtime.run(CHECK_COMMAND, timeout=120).ok
+            result = runtime.run(CHECK_COMMAND, timeout=120)
+            ok = result.ok and "/testbed/requests/__init__.py" in result.output
     except Exception:  # a failure to start or run counts as a failure; the benchmark goes on
         ok = False
     return (time.perf_counter() - start) * 1000.0, ok

@@ -1,21 +1,37 @@
 """DockerRuntime: a repository inside a running container, driven through the docker SDK.
 
 One long-lived container per runtime (PID 1 is docker's init, which reaps orphans) with memory, CPU and process
-limits, no network unless asked, and pinpoint's labels. Each `run` is a fresh `docker exec` of a small wrapper that
-starts the command in its own session (`setsid`) and kills that whole process group when the command exits; on
-timeout the host kills the group through a second exec. `reset()` restores the tree in place (git scripts shared
-with LocalRuntime) and recreates the container only when it is broken or base-state artefacts went missing.
+limits, no network unless asked, and pinpoint's labels. Commands reach it through one of two channels:
+
+- `server` (default): environments/container_server.py runs in the container and listens on a Unix socket in a
+  folder bind-mounted from the host; each command is a fresh `bash -c` forked by it. A few ms per command instead
+  of the ~100+ ms of engine work a `docker exec` costs, which is what makes `reset()` fast.
+- `exec` (fallback, when the image has no python3 or the engine cannot bind-mount host folders, e.g. a remote
+  DOCKER_HOST): each command is a `docker exec` of a wrapper that runs it under `setsid`; on timeout the host kills
+  the group through a second exec.
+
+Either way each command runs in its own process group, killed on timeout and when the command ends (stateless
+commands). `reset()` restores the tree in place with the git scripts shared with LocalRuntime and recreates the
+container only when it is broken, when asked, or when base-state artefacts went missing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno as errno_codes
+import json
+import os
 import posixpath
+import shutil
+import socket
+import struct
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
 from io import BytesIO
+from pathlib import Path
 
 import docker
 import requests
@@ -25,8 +41,21 @@ from environments.labels import container_labels
 from environments.runtime import RuntimeBroken, RuntimeFailure
 from environments.worktree import GitWorktreeRuntime, OutputBuffer, RawResult
 
-#: runs "$1" in a new session, records its pgid in "$2", and kills that group when the command ends
-_WRAPPER = r"""setsid bash -c "$1" </dev/null & p=$!
+SERVER_SOURCE = Path(__file__).with_name("container_server.py")
+_CTL_IN_CONTAINER = "/run/pinpoint-ctl"
+#: PID 1's child: the command server when python3 exists, else a sleeper (the exec channel then does the work)
+_MAIN = (f"command -v python3 >/dev/null 2>&1 && python3 -I {_CTL_IN_CONTAINER}/server.py {_CTL_IN_CONTAINER}/sock; "
+         "exec sleep infinity")
+#: where the command server keeps pristine copies of the working tree (inside the container)
+PRISTINE_STORE = "/.pinpoint-pristine"
+#: working trees larger than this are reset with git instead of from pristine copies
+PRISTINE_LIMIT_BYTES = 1 << 30
+#: seconds to wait for the command server's socket before falling back to docker exec
+SERVER_START_TIMEOUT_S = 15.0
+
+#: exec channel: runs "$1" in a new session, records its pgid in "$2", kills that group when the command ends
+_WRAPPER = r"""mkdir -p /tmp/.pinpoint
+setsid bash -c "$1" </dev/null & p=$!
 echo "$p" > "$2"
 wait "$p"; rc=$?
 kill -KILL -- "-$p" 2>/dev/null
@@ -36,10 +65,12 @@ exit "$rc"
 _KILL = r"""for _ in $(seq 100); do [ -s "$1" ] && break; sleep 0.02; done
 kill -KILL -- "-$(cat "$1")" 2>/dev/null; rm -f "$1"
 """
-_PID_DIR = "/tmp/.pinpoint"
-_STAGE_DIR = "/tmp/.pinpoint/stage"
-#: seconds to wait for the output stream to end after the group was killed
-_DRAIN_GRACE_S = 10.0
+#: seconds allowed beyond a command's timeout for the kill and the last output to arrive
+_GRACE_S = 15.0
+
+
+class _ChannelLost(Exception):
+    """The command channel failed; the caller decides whether the container is dead."""
 
 
 class DockerRuntime(GitWorktreeRuntime):
@@ -57,10 +88,17 @@ class DockerRuntime(GitWorktreeRuntime):
         env: dict[str, str] | None = None,
         client: docker.DockerClient | None = None,
         labels: dict[str, str] | None = None,
+        channel: str = "server",
     ) -> None:
+        if channel not in ("server", "exec"):
+            raise ValueError(f"channel must be 'server' or 'exec', not {channel!r}")
         self.image = image
         self.workdir = workdir
         self._client = client or engine.client()
+        self._want_server = channel == "server" and not os.environ.get("PINPOINT_DOCKER_EXEC")
+        self._ctl_dir = tempfile.mkdtemp(prefix="pinpoint-ctl-")
+        os.chmod(self._ctl_dir, 0o755)
+        shutil.copy(SERVER_SOURCE, os.path.join(self._ctl_dir, "server.py"))
         self._create_kwargs = dict(
             network_mode="bridge" if network else "none",
             mem_limit=mem_limit,
@@ -70,23 +108,60 @@ class DockerRuntime(GitWorktreeRuntime):
             environment=dict(env or {}),
             labels=container_labels(**{"pinpoint.image": image, **(labels or {})}),
             working_dir=workdir,
+            volumes={self._ctl_dir: {"bind": _CTL_IN_CONTAINER, "mode": "rw"}},
         )
         self._closed = False
         self.container = None
-        self._start()
+        self.channel = "exec"
+        self._fast_reset = False
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
 
     # -- container lifecycle -------------------------------------------------------------------------------------
+    @property
+    def _sock(self) -> str:
+        return os.path.join(self._ctl_dir, "sock")
+
     def _start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._sock)
         try:
             self.container = self._client.containers.run(
-                self.image, ["sleep", "infinity"], detach=True, init=True, **self._create_kwargs)
+                self.image, ["sh", "-c", _MAIN], detach=True, init=True, **self._create_kwargs)
         except docker.errors.ImageNotFound as exc:
             raise RuntimeFailure(f"image {self.image!r} does not exist; build it first") from exc
+        self.channel = "server" if self._want_server and self._wait_for_server() else "exec"
         try:
             self._snapshot()
         except BaseException:
             self._remove()
             raise
+
+    def _snapshot(self) -> None:
+        """The git base state (diff, fallback reset), plus the server's pristine copy for process-free resets."""
+        super()._snapshot()
+        self._fast_reset = False
+        if self.channel == "server":
+            request = {"op": "snapshot", "root": self.workdir, "store": PRISTINE_STORE, "base": self.base_commit,
+                       "limit_bytes": PRISTINE_LIMIT_BYTES}
+            try:
+                self._fast_reset = bool(self._call(request, wait_s=300).get("ok"))
+            except _ChannelLost as exc:
+                raise self._lost(exc, "recording the base state") from exc
+
+    def _wait_for_server(self) -> bool:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if os.path.exists(self._sock):
+                return True
+            time.sleep(0.005)
+        if self._status() != "running":
+            raise RuntimeFailure(f"container of {self.image} exited at start: "
+                                 f"{self.container.logs(tail=20).decode(errors='replace')}")
+        return False  # no python3 in the image, or an engine that cannot bind-mount this host's folders
 
     def _remove(self) -> None:
         if self.container is not None:
@@ -106,71 +181,117 @@ class DockerRuntime(GitWorktreeRuntime):
             return "removed"
         return self.container.status
 
-    def is_alive(self) -> bool:
-        return not self._closed and self.container is not None and self._status() == "running"
-
-    # -- commands ------------------------------------------------------------------------------------------------
-    def _exec_create(self, argv: list[str], env: dict[str, str] | None = None) -> str:
+    def _check_usable(self) -> None:
         if self._closed:
             raise RuntimeBroken(f"runtime on {self.image} is closed")
         if self.container is None:
             raise self._broken("it was never started or could not be recreated")
+
+    def _lost(self, exc: Exception, doing: str) -> Exception:
+        """The error to raise when a channel failed: RuntimeBroken if the container died, else RuntimeFailure."""
+        status = self._status()
+        if status != "running":
+            return self._broken(f"it is {status} (killed from outside or out of memory) while {doing}")
+        return RuntimeFailure(f"lost contact with the container while {doing} ({exc})")
+
+    # -- server channel ------------------------------------------------------------------------------------------
+    def _call(self, request: dict, payload: bytes = b"", sink: OutputBuffer | None = None,
+              wait_s: float = 60.0) -> dict:
+        """One request to the command server; data frames go to `sink`; returns the final status."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(wait_s)
+        try:
+            conn.connect(self._sock)
+            conn.sendall(json.dumps({**request, "size": len(payload)}).encode() + b"\n" + payload)
+            while True:
+                kind, size = struct.unpack(">cI", _recv_exact(conn, 5))
+                data = _recv_exact(conn, size)
+                if kind == b"X":
+                    return json.loads(data)
+                if sink is not None:
+                    sink.add(data)
+        except (OSError, EOFError) as exc:
+            raise _ChannelLost(str(exc) or type(exc).__name__) from exc
+        finally:
+            conn.close()
+
+    # -- exec channel --------------------------------------------------------------------------------------------
+    def _exec_create(self, argv: list[str], env: dict[str, str] | None = None) -> str:
         try:
             return self._client.api.exec_create(self.container.id, argv, workdir=self.workdir, environment=env)["Id"]
-        except docker.errors.NotFound as exc:
-            raise self._broken("it was removed") from exc
         except docker.errors.APIError as exc:
-            if self._status() != "running":
-                raise self._broken(f"it is {self._status()} (killed from outside or out of memory)") from exc
-            raise
+            raise self._lost(exc, "starting a command") from exc
 
-    def _exec(self, command: str, timeout: float, env: dict[str, str] | None = None) -> RawResult:
-        start = time.monotonic()
-        pidfile = f"{_PID_DIR}/{uuid.uuid4().hex}.pid"
-        exec_id = self._exec_create(
-            ["bash", "-c", f"mkdir -p {_PID_DIR}\n{_WRAPPER}", "pinpoint-run", command, pidfile], env)
+    def _exec_run(self, command: str, timeout: float, env: dict[str, str] | None, buffer: OutputBuffer) -> dict:
+        pidfile = f"/tmp/.pinpoint/{uuid.uuid4().hex}.pid"
+        exec_id = self._exec_create(["bash", "-c", _WRAPPER, "pinpoint-run", command, pidfile], env)
         stream = self._client.api.exec_start(exec_id, stream=True)
-        buffer = OutputBuffer()
         reader = threading.Thread(target=_pump, args=(stream, buffer), daemon=True)
         reader.start()
         reader.join(timeout)
-        timed_out = reader.is_alive()
-        if timed_out:
-            with contextlib.suppress(RuntimeBroken, docker.errors.APIError):
-                kill_id = self._exec_create(["bash", "-c", _KILL, "pinpoint-kill", pidfile])
-                self._client.api.exec_start(kill_id)
-            reader.join(_DRAIN_GRACE_S)
-        exit_code = None if timed_out else self._client.api.exec_inspect(exec_id).get("ExitCode")
-        suspicious = reader.is_alive() if timed_out else exit_code is None or exit_code >= 128
-        if suspicious and self._status() != "running":  # killed by a signal: was it the whole container?
-            raise self._broken(f"it stopped while running {command[:80]!r} (now {self._status()})")
-        return RawResult(exit_code, buffer.getvalue(), timed_out, time.monotonic() - start)
+        if reader.is_alive():
+            with contextlib.suppress(RuntimeBroken, RuntimeFailure, docker.errors.APIError):
+                self._client.api.exec_start(self._exec_create(["bash", "-c", _KILL, "pinpoint-kill", pidfile]))
+            reader.join(_GRACE_S)
+            if reader.is_alive():
+                raise _ChannelLost("the command's output did not end after it was killed")
+            return {"exit": None, "timed_out": True}
+        return {"exit": self._client.api.exec_inspect(exec_id).get("ExitCode"), "timed_out": False}
 
-    # -- files ---------------------------------------------------------------------------------------------------
+    # -- Runtime -------------------------------------------------------------------------------------------------
+    def _exec(self, command: str, timeout: float, env: dict[str, str] | None = None) -> RawResult:
+        self._check_usable()
+        start = time.monotonic()
+        buffer = OutputBuffer()
+        try:
+            if self.channel == "server":
+                request = {"op": "run", "cmd": command, "cwd": self.workdir, "env": env or {}, "timeout": timeout}
+                status = self._call(request, sink=buffer, wait_s=timeout + _GRACE_S)
+            else:
+                status = self._exec_run(command, timeout, env, buffer)
+        except _ChannelLost as exc:
+            raise self._lost(exc, f"running {command[:80]!r}") from exc
+        exit_code = status["exit"]
+        if not status["timed_out"] and (exit_code is None or exit_code >= 128) and self._status() != "running":
+            raise self._broken(f"it stopped while running {command[:80]!r}")
+        return RawResult(exit_code, buffer.getvalue(), status["timed_out"], time.monotonic() - start)
+
     def _abs(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.workdir, path))
 
     def read_file(self, path: str) -> bytes:
+        self._check_usable()
         target = self._abs(path)
+        if self.channel == "server":
+            data = OutputBuffer(limit=1 << 62)
+            try:
+                status = self._call({"op": "read", "path": target}, sink=data)
+            except _ChannelLost as exc:
+                raise self._lost(exc, f"reading {target}") from exc
+            _raise_os_error(status, target)
+            return data.getvalue()
         exec_id = self._exec_create(["cat", "--", target])
         out, err = self._client.api.exec_start(exec_id, demux=True)
-        code = self._client.api.exec_inspect(exec_id).get("ExitCode")
-        if code != 0:
-            message = (err or b"").decode("utf-8", errors="replace").strip()
-            if "Is a directory" in message:
-                raise IsADirectoryError(target)
-            if "No such file" in message or "Not a directory" in message:
-                raise FileNotFoundError(target)
-            if self._status() != "running":
-                raise self._broken("it stopped while reading a file")
-            raise OSError(f"reading {target} failed: {message}")
+        if self._client.api.exec_inspect(exec_id).get("ExitCode") != 0:
+            message = (err or b"").decode("utf-8", errors="replace")
+            code = (errno_codes.EISDIR if "Is a directory" in message else
+                    errno_codes.ENOENT if "No such file" in message or "Not a directory" in message else None)
+            _raise_os_error({"error": "OSError", "errno": code, "message": message.strip()}, target)
         return out or b""
 
     def write_file(self, path: str, data: bytes | str) -> None:
-        """Stage the bytes with put_archive, then `cat` them over the target so its mode and owner are kept."""
+        self._check_usable()
         target = self._abs(path)
         payload = data.encode("utf-8") if isinstance(data, str) else data
-        staged = f"{_STAGE_DIR}/{uuid.uuid4().hex}"
+        if self.channel == "server":
+            try:
+                status = self._call({"op": "write", "path": target}, payload)
+            except _ChannelLost as exc:
+                raise self._lost(exc, f"writing {target}") from exc
+            _raise_os_error(status, target)
+            return
+        # exec channel: stage with put_archive, then `cat` over the target so its mode and owner are kept
+        staged = f"/tmp/.pinpoint/stage-{uuid.uuid4().hex}"
         archive = BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
             info = tarfile.TarInfo(staged.lstrip("/"))
@@ -178,19 +299,14 @@ class DockerRuntime(GitWorktreeRuntime):
             tar.addfile(info, BytesIO(payload))
         try:
             self.container.put_archive("/", archive.getvalue())
-        except docker.errors.NotFound as exc:
-            raise self._broken("it was removed") from exc
         except docker.errors.APIError as exc:
-            if self._status() != "running":
-                raise self._broken(f"it is {self._status()}") from exc
-            raise
+            raise self._lost(exc, f"writing {target}") from exc
         script = 'mkdir -p -- "$(dirname -- "$2")" && cat -- "$1" > "$2"; rc=$?; rm -f -- "$1"; exit $rc'
         exec_id = self._exec_create(["bash", "-c", script, "pinpoint-write", staged, target])
         output = self._client.api.exec_start(exec_id)
         if self._client.api.exec_inspect(exec_id).get("ExitCode") != 0:
             raise OSError(f"writing {target} failed: {output.decode('utf-8', errors='replace').strip()}")
 
-    # -- state ---------------------------------------------------------------------------------------------------
     def reset(self, *, recreate: bool = False) -> None:
         """Restore the base state in place; recreate the container when broken, when asked, or when in-place
         restoration is not enough (base-state artefacts were deleted). `recreate=True` also undoes changes outside
@@ -198,11 +314,12 @@ class DockerRuntime(GitWorktreeRuntime):
         if self._closed:
             raise RuntimeBroken(f"runtime on {self.image} is closed")
         if not recreate and self.container is not None:
-            try:
+            with contextlib.suppress(_ChannelLost):
+                if self._fast_reset and self._call({"op": "reset", "root": self.workdir}).get("ok"):
+                    return
+            with contextlib.suppress(RuntimeFailure, docker.errors.APIError, requests.RequestException):
                 if self._reset_tree():
                     return
-            except (RuntimeBroken, RuntimeFailure, docker.errors.APIError, requests.RequestException):
-                pass
         self._remove()
         self._start()
 
@@ -210,6 +327,27 @@ class DockerRuntime(GitWorktreeRuntime):
         if not self._closed:
             self._closed = True
             self._remove()
+            shutil.rmtree(self._ctl_dir, ignore_errors=True)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    parts, have = [], 0
+    while have < size:
+        chunk = conn.recv(min(size - have, 1 << 20))
+        if not chunk:
+            raise EOFError("the command server closed the connection")
+        parts.append(chunk)
+        have += len(chunk)
+    return b"".join(parts)
+
+
+def _raise_os_error(status: dict, path: str) -> None:
+    """Re-raise a failed file operation as the matching OSError subclass (FileNotFoundError, ...)."""
+    if "error" in status:
+        code = status.get("errno")
+        if code is not None:
+            raise OSError(code, os.strerror(code), path)
+        raise OSError(f"{path}: {status.get('message')}")
 
 
 def _pump(stream, buffer: OutputBuffer) -> None:

@@ -1,0 +1,209 @@
+"""DockerRuntime, the image builder and prune, on real containers of a real repository image (psf/requests)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import docker
+import pytest
+
+from agent.cli import main as pinpoint
+from environments import images
+from environments.docker_runtime import DockerRuntime
+from environments.images import BuildError, UnsupportedPythonVersion, commit_build_step, ensure_base_image
+from environments.labels import MANAGED_LABEL, RUN_LABEL, prune_containers
+from environments.runtime import TIMEOUT_MARKER, RuntimeBroken
+
+pytestmark = pytest.mark.docker
+#: where the editable install points (the image installs requests without its dependencies: built offline)
+FIND_REQUESTS = "python -c 'import importlib.util as u; print(u.find_spec(\"requests\").origin)'"
+
+
+@pytest.fixture(params=["server", "exec"])
+def rt(request, requests_image):
+    """A runtime on each command channel: the in-container server (default) and the docker-exec fallback."""
+    with DockerRuntime(requests_image, mem_limit="1g", pids_limit=256, channel=request.param) as runtime:
+        assert runtime.channel == request.param
+        yield runtime
+
+
+def gone_in_container(runtime: DockerRuntime, pids: list[str], within_s: float = 10.0) -> bool:
+    """True once none of `pids` runs in the container (reaped, or a zombie); polls since SIGKILL is asynchronous."""
+    check = " ".join(f"$(grep -s '^State' /proc/{p}/status | grep -v zombie)" for p in pids)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if runtime.run(f"echo {check}").output.strip() == "":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_container_is_limited_labelled_and_offline(rt, requests_commit):
+    config = rt.container.attrs["HostConfig"]
+    assert config["NetworkMode"] == "none"
+    assert config["Memory"] == 1024**3 and config["NanoCpus"] == 10**9 and config["PidsLimit"] == 256
+    assert rt.container.labels[MANAGED_LABEL] == "1"
+    assert rt.run("ls /sys/class/net").output.split() == ["lo"]
+    assert rt.base_commit == requests_commit
+    result = rt.run(f"echo out; echo err >&2; {FIND_REQUESTS}; exit 4")
+    assert result.exit_code == 4
+    assert "out" in result.output and "err" in result.output and "/testbed/requests/__init__.py" in result.output
+
+
+def test_timeout_returns_partial_output_and_kills_forked_children(rt):
+    result = rt.run("echo before; sleep 300 & echo $! > /tmp/c.pid; (sleep 300; echo x) & echo $! >> /tmp/c.pid;"
+                    " sleep 300", timeout=2)
+    assert result.timed_out and result.exit_code is None
+    assert result.output.startswith("before") and TIMEOUT_MARKER.format(seconds=2) in result.output
+    assert gone_in_container(rt, rt.read_text("/tmp/c.pid").split())
+    assert rt.run("echo still usable").output == "still usable\n"
+
+
+def test_background_children_do_not_outlive_a_finished_command(rt):
+    assert rt.run("sleep 300 & echo $! > /tmp/c.pid; echo done", timeout=30).ok
+    assert gone_in_container(rt, rt.read_text("/tmp/c.pid").split())
+
+
+def test_files_are_binary_safe_and_keep_their_mode(rt):
+    blob = bytes(range(256)) * 64
+    rt.write_file("new/dir/blob.bin", blob)
+    assert rt.read_file("new/dir/blob.bin") == blob
+    rt.write_file("latin1.txt", "café".encode("latin-1"))
+    assert rt.read_file("/testbed/latin1.txt") == b"caf\xe9" and rt.read_text("latin1.txt") == "caf\ufffd"
+    rt.run("printf '#!/bin/sh\\necho one\\n' > tool.sh && chmod 755 tool.sh")
+    rt.write_file("tool.sh", "#!/bin/sh\necho two\n")
+    assert rt.run("./tool.sh").output == "two\n"
+    with pytest.raises(FileNotFoundError):
+        rt.read_file("no/such.py")
+    with pytest.raises(IsADirectoryError):
+        rt.read_file("requests")
+
+
+def test_diff_has_new_and_binary_files_but_not_install_artefacts(rt):
+    assert rt.run("test -d requests.egg-info").ok  # the editable install's artefact, present at the base state
+    rt.write_file("requests/__version__.py", rt.read_text("requests/__version__.py").replace("2.27.0", "9.9.9"))
+    rt.write_file("requests/brand_new.py", "Y = 2\n")
+    rt.write_file("tests/data.bin", b"\x00\xff" * 50)
+    patch = rt.diff()
+    assert "+__version__ = '9.9.9'" in patch and "+Y = 2" in patch and "GIT binary patch" in patch
+    assert "egg-info" not in patch
+    assert rt.run("git diff --cached --name-only").output == ""
+
+
+def test_reset_restores_tree_keeps_install_and_removes_agent_files(rt):
+    before = rt.run("git status --porcelain --ignored").output
+    rt.write_file("requests/api.py", "broken = True\n")
+    rt.write_file("requests/agent_new.py", "new\n")
+    rt.run("mkdir -p build && touch build/agent.o && rm setup.py && python -m compileall -q requests")
+    rt.reset()
+    assert rt.diff() == ""
+    assert rt.run("git status --porcelain --ignored").output == before
+    assert rt.run(FIND_REQUESTS).output == "/testbed/requests/__init__.py\n"  # the editable install still resolves
+
+
+def test_reset_brings_back_deleted_install_artefacts(rt):
+    """In place from pristine copies (server channel) or by recreating the container (exec channel)."""
+    rt.run("rm -rf requests.egg-info && git -c user.name=a -c user.email=a@b commit -qam wip --allow-empty")
+    rt.reset()
+    assert rt.run("test -d requests.egg-info").ok
+    assert rt.run(FIND_REQUESTS).output == "/testbed/requests/__init__.py\n"
+    assert rt.run("git rev-parse HEAD").output.strip() == rt.base_commit and rt.diff() == ""
+
+
+def test_container_killed_from_outside_is_a_clear_error_and_reset_recovers(rt, docker_client):
+    rt.write_file("requests/api.py", "edited\n")
+    docker_client.containers.get(rt.container.id).kill()
+    with pytest.raises(RuntimeBroken, match="reset"):
+        rt.run("true")
+    rt.reset()
+    assert rt.run("echo back").output == "back\n"
+    assert rt.diff() == ""
+
+
+def test_close_is_idempotent(requests_image, docker_client):
+    runtime = DockerRuntime(requests_image)
+    cid = runtime.container.id
+    runtime.close()
+    runtime.close()
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(cid)
+    with pytest.raises(RuntimeBroken, match="closed"):
+        runtime.run("true")
+
+
+def test_prune_removes_labelled_containers_left_by_a_crashed_run(docker_client, base_image_311):
+    crashed_run = uuid.uuid4().hex[:12]
+    left = [docker_client.containers.run(base_image_311, ["sleep", "infinity"], detach=True, network_mode="none",
+                                         labels={MANAGED_LABEL: "1", RUN_LABEL: crashed_run}) for _ in range(2)]
+    other = docker_client.containers.run(base_image_311, ["sleep", "infinity"], detach=True, network_mode="none",
+                                         labels={"not.pinpoint": "1"})
+    try:
+        assert prune_containers(docker_client, crashed_run) == 1 + 1
+        for container in left:
+            with pytest.raises(docker.errors.NotFound):
+                docker_client.containers.get(container.id)
+        assert docker_client.containers.get(other.id).status == "running"
+        stray = docker_client.containers.run(base_image_311, ["sleep", "infinity"], detach=True,
+                                             labels={MANAGED_LABEL: "1", RUN_LABEL: crashed_run})
+        assert pinpoint(["env", "prune", "--run-id", crashed_run]) == 0
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.containers.get(stray.id)
+    finally:
+        other.remove(force=True)
+
+
+def test_base_image_is_real_cached_and_labelled(docker_client, base_image_311, monkeypatch):
+    image = docker_client.images.get(base_image_311)
+    assert image.labels["pinpoint.python"] == "3.11"
+    out = docker_client.containers.run(base_image_311, ["bash", "-c", "python3 --version; git --version"], remove=True)
+    assert b"Python 3.11" in out and b"git version" in out
+    monkeypatch.setattr(images, "_debootstrap_image", lambda *a: pytest.fail("cached image rebuilt"))
+    monkeypatch.setattr(images, "_pull_slim", lambda *a: pytest.fail("cached image pulled"))
+    assert ensure_base_image("3.11") == base_image_311
+
+
+def test_python_without_a_suite_is_refused_unless_nearest_is_allowed(base_image_311, monkeypatch):
+    monkeypatch.setenv("PINPOINT_NO_PULL", "1")  # the no-registry situation, even where a registry answers
+    with pytest.raises(UnsupportedPythonVersion, match="allow_nearest"):
+        ensure_base_image("3.10")
+    monkeypatch.setattr(images, "DEBIAN_SUITES", {"3.11": "bookworm"})  # nearest = the cached 3.11 image
+    assert ensure_base_image("3.10", allow_nearest=True) == base_image_311
+
+
+def test_build_step_commits_labels_and_files_but_not_step_secrets(docker_client, base_image_311, tmp_path):
+    (tmp_path / "in.txt").write_text("copied in\n")
+    tag = f"pinpoint/test-step:{uuid.uuid4().hex[:8]}"
+    try:
+        commit_build_step(base_image_311, "cp /opt/in.txt /opt/out.txt; test -s \"$PIP_CERT\"; echo $STEP_ONLY > /opt/env",
+                          tag, network=False, copy_in={str(tmp_path / "in.txt"): "/opt/in.txt"},
+                          env={"STEP_ONLY": "yes"}, labels={"pinpoint.test": "1"})
+        image = docker_client.images.get(tag)
+        assert image.labels["pinpoint.test"] == "1"
+        assert not any(e.startswith(("STEP_ONLY", "PIP_CERT")) for e in image.attrs["Config"]["Env"])
+        out = docker_client.containers.run(tag, ["bash", "-c", "cat /opt/out.txt /opt/env; ls /tmp"], remove=True)
+        assert out == b"copied in\nyes\n"
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+def test_failed_build_step_raises_with_the_log_tail(base_image_311):
+    with pytest.raises(BuildError, match="exit 7") as info:
+        commit_build_step(base_image_311, "echo step-output-here; exit 7", "pinpoint/test-step:never", network=False)
+    assert "step-output-here" in info.value.log_tail
+
+
+TREE_FINGERPRINT = ("{ find . -path ./.git -prune -o -printf '%p %y %m %s\\n' | sort;"
+                    " find . -path ./.git -prune -o -type f -print0 | sort -z | xargs -0 md5sum; } | md5sum")
+
+
+def test_reset_undoes_type_changes_modes_links_and_nested_files(rt):
+    before = rt.run(TREE_FINGERPRINT).output
+    damage = ("rm requests/api.py && mkdir -p requests/api.py/sub && touch requests/api.py/sub/x"
+              " && rm -rf docs && echo x > docs && ln -s /etc/passwd newlink && chmod 755 setup.py"
+              " && mkdir -p a/b/c && touch a/b/c/d && echo >> requests/models.py && sed -i 's/a/b/' README.md")
+    assert rt.run(damage).ok
+    assert rt.run(TREE_FINGERPRINT).output != before
+    rt.reset()
+    assert rt.run(TREE_FINGERPRINT).output == before
+    assert rt.diff() == "" and rt.run("git status --porcelain").output == ""
