@@ -122,7 +122,7 @@ def probe() -> tuple[Probe, docker.DockerClient | None]:
 def _install_docker(log=print) -> None:
     log("pinpoint: installing docker.io with apt-get (first run on this machine)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "docker.io"]):
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "docker.io"]):
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise EngineUnavailable(f"`{' '.join(cmd)}` failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}\n"

@@ -29,7 +29,7 @@ from pathlib import Path
 import docker
 
 from environments import engine
-from environments.labels import container_labels
+from environments.labels import MANAGED_LABEL, RUN_LABEL, container_labels
 
 BASE_REPOSITORY = "pinpoint/base"
 #: Debian suite that ships each Python version as python3 (extend with a verified suite per line)
@@ -307,10 +307,13 @@ def commit_build_step(
                              _logs(container)) from exc
         if status.get("StatusCode") != 0:
             raise BuildError(f"build step for {tag} failed with exit {status.get('StatusCode')}", _logs(container))
-        label_change = " ".join(f"{k}={json.dumps(str(v))}" for k, v in (labels or {}).items())
+        # the build container's labels would be inherited by the image (docker merges them): neutralise them so
+        # containers later started from the image are not mistaken for this build's leftovers by `env prune`
+        image_labels = {MANAGED_LABEL: "image", RUN_LABEL: "", **(labels or {})}
+        label_change = " ".join(f"{k}={json.dumps(str(v))}" for k, v in image_labels.items())
         repository, version_tag = split_tag(tag)
         container.commit(repository=repository, tag=version_tag,
-                         changes=keep + ([f"LABEL {label_change}"] if label_change else []) + list(changes or []))
+                         changes=[*keep, f"LABEL {label_change}", *(changes or [])])
     finally:
         with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)

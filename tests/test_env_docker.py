@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -180,6 +181,7 @@ def test_build_step_commits_labels_and_files_but_not_step_secrets(docker_client,
                           env={"STEP_ONLY": "yes"}, labels={"pinpoint.test": "1"})
         image = docker_client.images.get(tag)
         assert image.labels["pinpoint.test"] == "1"
+        assert image.labels[MANAGED_LABEL] != "1"  # containers started from it are not a build's leftovers
         assert not any(e.startswith(("STEP_ONLY", "PIP_CERT")) for e in image.attrs["Config"]["Env"])
         out = docker_client.containers.run(tag, ["bash", "-c", "cat /opt/out.txt /opt/env; ls /tmp"], remove=True)
         assert out == b"copied in\nyes\n"
@@ -207,3 +209,19 @@ def test_reset_undoes_type_changes_modes_links_and_nested_files(rt):
     rt.reset()
     assert rt.run(TREE_FINGERPRINT).output == before
     assert rt.diff() == "" and rt.run("git status --porcelain").output == ""
+
+
+def test_bench_env_writes_its_figures_as_json(requests_image, tmp_path):
+    out = tmp_path / "bench.json"
+    assert pinpoint(["bench", "env", "--repeats", "2", "--concurrency", "2", "--image", requests_image,
+                     "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["reset_incorrect"] == 0 and figures["concurrent_failures"] == 0
+    for key in ("reset_ms_p50", "baseline_fresh_container_reset_ms_p50", "reset_speedup_p50",
+                "command_round_trip_ms_p95", "container_start_ms_p50", "concurrent_wall_ms"):
+        assert figures[key] > 0
+
+
+def test_bad_bench_arguments_are_refused(capsys):
+    assert pinpoint(["bench", "env", "--repeats", "1"]) == 2
+    assert "--repeats" in capsys.readouterr().err
