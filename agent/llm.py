@@ -289,14 +289,31 @@ def describe_tools_for_text_mode(tools: list[dict]) -> str:
         "```json",
         '{"tool": "<tool name>", "arguments": {<arguments as a JSON object>}}',
         "```",
-        "Available tools (arguments follow the JSON schema shown):",
+        "Available tools:",
     ]
     for tool in tools:
         fn = tool.get("function", tool)
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        params = fn.get("parameters") or {}
+        properties = params.get("properties") or {}
         lines.append(f"- {fn.get('name')}: {fn.get('description', '').strip()}")
-        lines.append(f"  arguments schema: {json.dumps(params, separators=(',', ':'))}")
+        lines.append("  arguments:" + ("" if properties else " none ({})"))
+        required = set(params.get("required") or [])
+        for name, schema in properties.items():
+            lines.append(f"    {name} ({_type_words(schema)}{', required' if name in required else ''})"
+                         f"{': ' + schema['description'].strip() if schema.get('description') else ''}")
     return "\n".join(lines)
+
+
+def _type_words(schema: dict[str, Any]) -> str:
+    """'string', 'array of integer', 'one of "a", "b"' — what a model needs to fill an argument in."""
+    if "enum" in schema:
+        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        kind = " or ".join(kind)
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"array of {_type_words(schema['items'])}"
+    return str(kind)
 
 
 def action_schema(tools: list[dict]) -> dict[str, Any]:

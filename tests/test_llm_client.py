@@ -75,6 +75,7 @@ def test_text_mode_describes_tools_in_the_prompt_and_parses_the_action():
     system = sent_first["messages"][0]
     assert system["role"] == "system" and system["content"].startswith("You repair code.")
     assert '"tool": "<tool name>"' in system["content"] and "- view: Show a file" in system["content"]
+    assert "    path (string, required)" in system["content"] and "- submit: Submit" in system["content"]
     assert [(c.name, c.arguments, c.parse_error) for c in first.tool_calls] == [("view", {"path": "a.py"}, None)]
     # a server without tool calling never sees tool roles or tool_calls fields
     assert [m["role"] for m in sent_second["messages"]] == ["system", "user", "assistant", "user"]
