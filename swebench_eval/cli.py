@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections import Counter, defaultdict
+from itertools import zip_longest
 from pathlib import Path
 
 from swebench_eval.datasets import DatasetError, Instance, load_instances
@@ -42,13 +43,21 @@ def _select(args: argparse.Namespace) -> tuple[list[Instance], RepoSources]:
 
 
 def _breadth_first(instances: list[Instance]) -> list[Instance]:
-    """One instance per repo+version first, so every env layer gets built early; then the rest."""
+    """Every repo early, then every repo+version, then the rest: a run cut short still covers the most ground
+    (one instance per repo+version first, taken round-robin over the repos)."""
     seen, first, rest = set(), [], []
     for instance in instances:
         key = (instance.repo, instance.version)
         (rest if key in seen else first).append(instance)
         seen.add(key)
-    return first + rest
+
+    def round_robin(group: list[Instance]) -> list[Instance]:
+        by_repo: dict[str, list[Instance]] = defaultdict(list)
+        for instance in group:
+            by_repo[instance.repo].append(instance)
+        return [i for batch in zip_longest(*by_repo.values()) for i in batch if i is not None]
+
+    return round_robin(first) + round_robin(rest)
 
 
 def _images_build(args: argparse.Namespace) -> int:
