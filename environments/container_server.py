@@ -1,4 +1,4 @@
-"""pinpoint's command server, run inside each container by DockerRuntime (stdlib only, Python 3.6+).
+"""pinpoint's command server, run inside each container by DockerRuntime (stdlib only, Python 3.5+).
 
 Why: a `docker exec` costs ~100+ ms of engine work per command on a loaded machine; a resident server that forks a
 fresh `bash -c` per request answers in a few ms, and commands stay stateless (nothing but the process persists).
@@ -121,7 +121,7 @@ class Tree:
             else:
                 total += st.st_size
                 if total > limit_bytes:
-                    raise ValueError(f"working tree larger than {limit_bytes} bytes")
+                    raise ValueError("working tree larger than " + str(limit_bytes) + " bytes")
                 copy = os.path.join(store, rel)
                 if not os.path.isdir(os.path.dirname(copy)):
                     os.makedirs(os.path.dirname(copy))

@@ -44,8 +44,8 @@ from environments.worktree import GitWorktreeRuntime, OutputBuffer, RawResult
 SERVER_SOURCE = Path(__file__).with_name("container_server.py")
 _CTL_IN_CONTAINER = "/run/pinpoint-ctl"
 #: PID 1's child: the command server when python3 exists, else a sleeper (the exec channel then does the work)
-_MAIN = (f"command -v python3 >/dev/null 2>&1 && python3 -I {_CTL_IN_CONTAINER}/server.py {_CTL_IN_CONTAINER}/sock; "
-         "exec sleep infinity")
+_MAIN = (f"python3 -I {_CTL_IN_CONTAINER}/server.py {_CTL_IN_CONTAINER}/sock 2>{_CTL_IN_CONTAINER}/server.err"
+         f" || touch {_CTL_IN_CONTAINER}/failed; exec sleep infinity")
 #: where the command server keeps pristine copies of the working tree (inside the container)
 PRISTINE_STORE = "/.pinpoint-pristine"
 #: working trees larger than this are reset with git instead of from pristine copies
@@ -125,9 +125,14 @@ class DockerRuntime(GitWorktreeRuntime):
     def _sock(self) -> str:
         return os.path.join(self._ctl_dir, "sock")
 
+    @property
+    def _failed(self) -> str:
+        return os.path.join(self._ctl_dir, "failed")
+
     def _start(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._sock)
+        for stale in (self._sock, self._failed):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
         try:
             self.container = self._client.containers.run(
                 self.image, ["sh", "-c", _MAIN], detach=True, init=True, **self._create_kwargs)
@@ -157,6 +162,8 @@ class DockerRuntime(GitWorktreeRuntime):
         while time.monotonic() < deadline:
             if os.path.exists(self._sock):
                 return True
+            if os.path.exists(self._failed):  # no python3 (or too old): the exec channel takes over
+                return False
             time.sleep(0.005)
         if self._status() != "running":
             raise RuntimeFailure(f"container of {self.image} exited at start: "

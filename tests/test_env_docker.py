@@ -225,3 +225,17 @@ def test_bench_env_writes_its_figures_as_json(requests_image, tmp_path):
 def test_bad_bench_arguments_are_refused(capsys):
     assert pinpoint(["bench", "env", "--repeats", "1"]) == 2
     assert "--repeats" in capsys.readouterr().err
+
+
+def test_image_without_python_falls_back_to_docker_exec(base_image_311):
+    tag = "pinpoint/test-nopython:1"
+    if not images.image_exists(tag):
+        commit_build_step(base_image_311, "rm -f /usr/bin/python3*; mkdir -p /testbed && cd /testbed && git init -q"
+                          " && echo a > a.txt && git add a.txt && git -c user.name=a -c user.email=a@b commit -qm a",
+                          tag, network=False)
+    with DockerRuntime(tag) as runtime:
+        assert runtime.channel == "exec"
+        runtime.write_file("a.txt", "b\n")
+        assert "+b" in runtime.diff()
+        runtime.reset()
+        assert runtime.read_file("a.txt") == b"a\n"
