@@ -161,6 +161,19 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fidelity(args: argparse.Namespace) -> int:
+    from swebench_eval.fidelity import fidelity_table
+    from swebench_eval.paths import RUNS_DIR
+
+    instances, _ = _select(args)
+    root = (args.runs_dir or RUNS_DIR) / "eval"
+    table, misses = fidelity_table(instances, root / args.gold_run, root / args.empty_run)
+    print(table)
+    for miss in misses:
+        print(f"- {miss}")
+    return 0
+
+
 def _guard(handler):
     """Turn bad input into one clear line and exit code 2 instead of a traceback."""
 
@@ -205,6 +218,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
     evaluate.add_argument("--runs-dir", type=Path, help="results root (default: runs/ in the project)")
     evaluate.set_defaults(func=_guard(_eval))
+
+    fidelity = subparsers.add_parser("fidelity", help="per-repo table of a --gold run beside an --empty run")
+    _dataset_args(fidelity)
+    fidelity.add_argument("--gold-run", default="gold")
+    fidelity.add_argument("--empty-run", default="empty")
+    fidelity.add_argument("--runs-dir", type=Path)
+    fidelity.set_defaults(func=_guard(_fidelity))
 
     bench = subparsers.choices.get("bench") or subparsers.add_parser("bench", help="benchmarks")
     harness = _subparsers_of(bench).add_parser("harness", help="image build time, bytes per instance layer, "
