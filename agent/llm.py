@@ -396,6 +396,7 @@ class LLMClient:
         # adapted once and remembered when the server turns a parameter down (e.g. OpenAI reasoning models)
         self._max_tokens_key = "max_tokens"
         self._send_temperature = True
+        self._constrain_actions = config.constrain_actions
         self._client: openai.OpenAI | None = None
 
     @property
@@ -464,7 +465,7 @@ class LLMClient:
         extra: dict[str, Any] = {}
         if self._tool_mode == "text":
             request["messages"] = to_text_mode_messages(messages, tools)
-            if tools and cfg.constrain_actions:
+            if tools and self._constrain_actions:
                 extra["response_format"] = {"type": "json_object", "schema": action_schema(tools)}
         else:
             request["messages"] = messages
@@ -480,8 +481,9 @@ class LLMClient:
 
     def _adapt_to_rejection(self, exc: openai.APIStatusError, tools: list[dict] | None) -> bool:
         """A server that turns down a parameter gets the request again without it; the change is remembered.
-        Covers logprobs, native tools (llama.cpp without --jinja, vLLM without a tool parser), and OpenAI
-        reasoning models (max_completion_tokens instead of max_tokens, no temperature)."""
+        Covers logprobs, native tools (llama.cpp without --jinja, vLLM without a tool parser), action schemas a
+        server cannot compile, and OpenAI reasoning models (max_completion_tokens instead of max_tokens, no
+        temperature)."""
         text = _error_text(exc).lower()
         if self._send_logprobs and "logprob" in text:
             self._send_logprobs = False
@@ -492,6 +494,10 @@ class LLMClient:
         elif self._send_temperature and "temperature" in text and _says_unsupported(text):
             self._send_temperature = False
             change = "leaving temperature at the model's default"
+        elif self._constrain_actions and self._tool_mode == "text" and tools and (
+                "response_format" in text or "schema" in text or "grammar" in text):
+            self._constrain_actions = False
+            change = "asking for actions without a JSON-schema constraint"
         elif tools and self._tool_mode == "native" and "tool" in text and (
                 _says_unsupported(text) or "jinja" in text or "tool-call-parser" in text):
             self._tool_mode = "text"

@@ -271,6 +271,19 @@ def test_constrained_text_mode_sends_an_action_schema():
     assert reply.tool_calls[0].arguments == {"path": "a.py"}
 
 
+def test_action_schema_the_server_cannot_compile_is_dropped():
+    def strict_server(request):
+        if "response_format" in request:
+            return http_error(400, "failed to parse grammar: unsupported JSON schema keyword")
+        return text_action("submit", {})
+
+    with FakeScriptedLLMServer(default=strict_server) as fake:
+        client = client_for(fake, tool_mode="text", constrain_actions=True)
+        assert [c.name for c in client.complete(ASK, TOOLS).tool_calls] == ["submit"]
+        client.complete(ASK, TOOLS)
+        assert ["response_format" in r for r in fake.chat_requests] == [True, False, False]
+
+
 def test_bad_config_names_the_field():
     with pytest.raises(ValueError, match=r"llm.tool_mode: expected 'native' or 'text', got 'json'"):
         LLMConfig(base_url="http://x/v1", model="m", tool_mode="json")
