@@ -62,7 +62,8 @@ def build_demo_repo(dest: Path, bug: str = "Python/2") -> DemoRepo:
                 target = buggy_text[n - 1]
                 lines_of_bug += [offset + i + 1 for i, line in enumerate(chunk_lines) if line == target][:1]
         module.append(chunk)
-        test_body = task["test"].strip("\n").replace(f"check({task['entry_point']})", "").rstrip()
+        test_lines = task["test"].strip("\n").splitlines()
+        test_body = "\n".join(line for line in test_lines if line.strip() != f"check({task['entry_point']})").rstrip()
         (dest / "tests" / f"test_{task['entry_point']}.py").write_text(
             f"from numeric.functions import {task['entry_point']}\n\n{test_body}\n\n\n"
             f"def test_{task['entry_point']}():\n    check({task['entry_point']})\n")

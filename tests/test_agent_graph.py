@@ -1,0 +1,218 @@
+"""The agent graph, node by node and edge by edge, driven by the FAKE scripted LLM server over real HTTP, on a real
+small repository (a HumanEvalFix bug placed among correct HumanEval functions) in a LocalRuntime."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from agent.config import load_config
+from agent.demo import build_demo_repo
+from agent.fake_llm_server import (
+    FakeScriptedLLMServer,
+    delay,
+    empty_reply,
+    http_error,
+    malformed_tool_call,
+    text,
+    tool_call,
+)
+from agent.llm import LLMClient
+from agent.runner import make_clients, run_task
+from agent.state import Task
+from environments.local import LocalRuntime
+
+FIX = {"command": "str_replace", "path": "numeric/functions.py", "old_str": "return number % 1.0 + 1.0",
+       "new_str": "return number % 1.0"}
+BREAK = {"command": "str_replace", "path": "numeric/functions.py", "old_str": "return len(string)",
+         "new_str": "return len(string) + 2"}
+
+
+@pytest.fixture
+def demo(tmp_path: Path):
+    return build_demo_repo(tmp_path / "repo", "Python/2")
+
+
+def _run(demo, fake, tmp_path, *, oracle=True, **overrides):
+    settings = {"llm.base_url": fake.base_url, "llm.model": "fake", "llm.retry_backoff_s": 0.01,
+                "llm.timeout_s": 5.0, "llm.max_retries": 1, "search.policy": "none", **overrides}
+    config = load_config(**settings)
+    task = demo.task if oracle else Task(demo.task.instance_id, demo.task.problem_statement)
+    with LocalRuntime(demo.path) as runtime:
+        result = run_task(task, runtime, config, run_dir=tmp_path / "run", clients=make_clients(config.llm))
+        tree_diff = runtime.diff()
+    return result, json.loads(result.trajectory.read_text()), tree_diff
+
+
+def _nodes(trajectory):
+    return [e["node"] for e in trajectory["events"] if e["kind"] == "node"]
+
+
+def test_happy_path_visits_every_main_node_and_reviews_before_accepting(demo, tmp_path):
+    script = [tool_call("view", {"path": "numeric/functions.py"}), tool_call("str_replace_editor", FIX),
+              tool_call("run_tests", {"command": demo.task.test_command}), tool_call("submit", {}),
+              tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, tree = _run(demo, fake, tmp_path, oracle=False)
+    assert result.status == "submitted"
+    assert "-    return number % 1.0 + 1.0\n+    return number % 1.0\n" in result.patch
+    assert tree == result.patch
+    assert result.edited_lines["total"] == 2
+    assert _nodes(traj) == ["view", "localize", "edit", "edit", "edit", "test", "edit", "submit", "edit", "submit",
+                            "finalize"]
+    tool_messages = [m["content"] for m in traj["messages"] if m["role"] == "tool"]
+    assert any("Review your patch" in m for m in tool_messages)  # review-on-submit showed the diff once
+    assert traj["test_runs"][-1]["ok"] and traj["test_runs"][-1]["source"] == "model"
+    llm_events = [e for e in traj["events"] if e["kind"] == "llm"]
+    assert len(llm_events) == 5 and all(e["logprobs"] for e in llm_events)
+    assert traj["prompt_tokens"] > 0 and traj["completion_tokens"] > 0
+    # localization found the buggy function from the issue text and quoted it
+    localize_msg = next(m["content"] for m in traj["messages"] if "Localization ranked" in str(m.get("content")))
+    assert "numeric/functions.py" in localize_msg and "truncate_number" in localize_msg
+
+
+def test_oracle_test_runs_first_and_traceback_feeds_localization(demo, tmp_path):
+    script = [tool_call("str_replace_editor", FIX), tool_call("submit", {}), tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path)
+    assert result.status == "submitted"
+    nodes = _nodes(traj)
+    assert nodes[:4] == ["view", "test", "localize", "edit"]
+    assert traj["test_runs"][0]["source"] == "oracle" and not traj["test_runs"][0]["ok"]
+    assert traj["test_runs"][-1]["ok"]  # submit went through the oracle check before review
+    signals = next(e for e in traj["events"] if e["kind"] == "localize")["signals"]
+    assert signals["traceback"], "failing-test output produced traceback suspects"
+    top = traj["suspects"][0]
+    assert top["path"] == demo.buggy_path and top["start_line"] <= demo.buggy_lines[0] <= top["end_line"]
+
+
+def test_submit_with_failing_oracle_is_refused_and_search_off_goes_back_to_edit(demo, tmp_path):
+    script = [tool_call("str_replace_editor", BREAK), tool_call("submit", {}), text("I give up.")]
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, **{"budget.max_steps": 3})
+    refused = [m for m in traj["messages"] if m["role"] == "tool" and "Not submitted" in m["content"]]
+    assert refused
+    assert result.status == "budget:steps"
+    nudges = [m for m in traj["messages"] if m["role"] == "user" and "no tool call" in m["content"]]
+    assert nudges  # a plain-text reply gets a nudge, not a crash
+
+
+def test_malformed_tool_call_becomes_an_error_observation(demo, tmp_path):
+    script = [malformed_tool_call("view", '{"path": "numeric/'), tool_call("str_replace_editor", FIX),
+              tool_call("submit", {}), tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, oracle=False)
+    assert result.status == "submitted"
+    first_tool = next(m for m in traj["messages"] if m["role"] == "tool")
+    assert "could not be read" in first_tool["content"]
+
+
+@pytest.mark.parametrize("failure, expected", [
+    (http_error(500, "boom"), "gave up after 2 attempts"),
+    (delay(8.0, then=text("late")), "no reply within"),
+    (empty_reply(), ""),
+])
+def test_endpoint_failures_end_the_run_cleanly_with_the_trajectory(demo, tmp_path, failure, expected):
+    script = [tool_call("str_replace_editor", FIX), failure, failure]
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, oracle=False, **{"llm.timeout_s": 2.0})
+    assert result.status == "llm_error"
+    assert expected in result.detail
+    assert traj["status"] == "llm_error" and _nodes(traj)[-1] == "finalize"
+    # the work before the failure is kept: the fix and its observation
+    assert any(m["role"] == "tool" and "Edited numeric/functions.py" in m["content"] for m in traj["messages"])
+    assert "return number % 1.0\n" in result.patch
+
+
+def test_budget_end_keeps_the_best_tested_patch(demo, tmp_path):
+    script = [tool_call("str_replace_editor", FIX), tool_call("run_tests", {"command": demo.task.test_command}),
+              tool_call("str_replace_editor", BREAK), tool_call("view", {"path": "README.md"})]
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, tree = _run(demo, fake, tmp_path, oracle=False, **{"budget.max_steps": 4})
+    assert result.status == "budget:steps"
+    assert "return number % 1.0\n" in result.patch and "len(string) + 2" not in result.patch
+    assert tree == result.patch  # the runtime is left holding the chosen patch
+
+
+def test_token_budget_stops_before_the_next_call(demo, tmp_path):
+    script = [tool_call("view", {"path": "numeric/functions.py"})] * 5
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, oracle=False, **{"budget.max_tokens": 10})
+        calls = len(fake.chat_requests)
+    assert result.status == "budget:tokens" and calls == 1
+
+
+def _revision_reply(request):
+    prompt = request["messages"][-1]["content"]
+    if "Rewrite line" in prompt:
+        line = int(re.search(r"Rewrite line (\d+)", prompt).group(1))
+        original = prompt.split("is suspicious:\n", 1)[1].split("\n", 1)[0]
+        if "number % 1.0 + 1.0" in original:
+            return text(f"line {line}:\n```python\n    return number % 1.0\n```")
+        return text("```python\n" + original.replace("return", "return  ") + "\n```")
+    return tool_call("submit", {})
+
+
+def test_flare_search_finds_the_passing_revision_among_top_k_lines(demo, tmp_path):
+    with FakeScriptedLLMServer(default=_revision_reply) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, **{"search.policy": "flare", "search.k": 4})
+    assert _nodes(traj)[:4] == ["view", "test", "localize", "search"]
+    cands = traj["candidates"]
+    assert 1 <= len(cands) <= 4 and all(c["origin"] == "flare" for c in cands)
+    winners = [c for c in cands if c["ok"]]
+    assert winners and winners[0]["target"] == f"{demo.buggy_path}:{demo.buggy_lines[0]}"
+    assert result.status == "submitted" and result.edited_lines["total"] == 2
+    assert "+    return number % 1.0\n" in result.patch
+
+
+def test_bester_reflects_then_repairs_and_expands_the_best(demo, tmp_path):
+    def reply(request):
+        prompt = request["messages"][-1]["content"]
+        if "explain what is wrong" in prompt:
+            return text("It adds 1.0 to the fractional part; drop the + 1.0.")
+        if "Analysis of the bug" in prompt:
+            region = re.search(r"lines \d+-\d+:\n(.*?)\n\nAnalysis", prompt, re.DOTALL).group(1)
+            return text("```python\n" + region.replace("number % 1.0 + 1.0", "number % 1.0") + "\n```")
+        return tool_call("submit", {})
+
+    with FakeScriptedLLMServer(default=reply) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, **{"search.policy": "bester", "search.reflections": 2,
+                                                         "search.depth": 2})
+        temps = {r["temperature"] for r in fake.chat_requests if "explain what is wrong" in r["messages"][-1]["content"]}
+    cands = traj["candidates"]
+    assert [c["origin"] for c in cands] == ["bester", "bester"]
+    assert all(c["reflection"].startswith("It adds") for c in cands)
+    assert cands[0]["ok"] and result.status == "submitted"
+    assert temps == {0.8}  # reflections are sampled, repairs greedy
+    assert result.edited_lines["total"] == 2
+
+
+def test_interrupted_run_resumes_by_thread_id_without_redoing_steps(demo, tmp_path):
+    script = [tool_call("view", {"path": "numeric/functions.py"}), tool_call("str_replace_editor", FIX),
+              tool_call("view", {"path": "README.md"}), tool_call("submit", {}), tool_call("submit", {})]
+    config = load_config(**{"search.policy": "none"})
+    with FakeScriptedLLMServer(script) as fake:
+        config.llm.base_url, config.llm.model = fake.base_url, "fake"
+        client = LLMClient(config.llm)
+
+        class Stop(Exception):
+            pass
+
+        def stop_after_edit(state):
+            if state.get("steps") == 2:
+                raise Stop
+
+        with LocalRuntime(demo.path) as runtime, pytest.raises(Stop):
+            run_task(demo.task.__class__(demo.task.instance_id, demo.task.problem_statement), runtime, config,
+                     run_dir=tmp_path / "run", clients=(client, client), on_state=stop_after_edit)
+        interrupted = json.loads((tmp_path / "run" / "trajectory.json").read_text())
+        assert interrupted["status"] == "crashed" and interrupted["steps"] == 2
+        with LocalRuntime(demo.path) as fresh_runtime:  # a new process would start from a fresh checkout
+            result = run_task(demo.task.__class__(demo.task.instance_id, demo.task.problem_statement), fresh_runtime,
+                              config, run_dir=tmp_path / "run", clients=(client, client))
+        assert len(fake.chat_requests) == 5  # no model call was repeated
+    assert result.resumed and result.status == "submitted"
+    assert "+    return number % 1.0\n" in result.patch  # the edit made before the interruption survived
