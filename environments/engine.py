@@ -155,17 +155,22 @@ def _wait_for_engine(timeout: float) -> docker.DockerClient:
 
 def ensure_engine(*, timeout: float = START_TIMEOUT_S, log=print) -> docker.DockerClient:
     """A client for an engine that answers; installs docker.io and/or starts dockerd where allowed (see module)."""
-    found, client = probe()
-    decision = decide(found)
-    if decision.action is Action.USE:
-        return client
-    if decision.action is Action.FAIL:
-        raise EngineUnavailable(decision.message)
-    if decision.action is Action.INSTALL:
-        _install_docker(log)
-    if decision.action in (Action.INSTALL, Action.START):
-        _start_dockerd(log)
-    return _wait_for_engine(timeout)
+    for attempt in range(2):
+        found, client = probe()
+        decision = decide(found)
+        if decision.action is Action.USE:
+            return client
+        if decision.action is Action.FAIL:
+            raise EngineUnavailable(decision.message)
+        if decision.action is Action.START:
+            _start_dockerd(log)
+        if decision.action in (Action.START, Action.WAIT):
+            return _wait_for_engine(timeout)
+        if attempt:
+            break
+        _install_docker(log)  # then look again: the package's scripts may have started dockerd already
+    raise EngineUnavailable("docker.io was installed but no dockerd can be found; install Docker by hand "
+                            "(https://docs.docker.com/engine/install/) and rerun `pinpoint env up`.")
 
 
 @functools.cache

@@ -42,10 +42,14 @@ def test_where_pinpoint_cannot_act_it_says_what_to_do(probe, advice):
     assert decision.action is Action.FAIL and advice in decision.message
 
 
-def _record(monkeypatch, probe: Probe) -> list[str]:
-    """Run ensure_engine against `probe`, recording the actions instead of touching the machine."""
+INSTALLED_STOPPED = Probe(answers=False, error="refused", dockerd_path="/usr/sbin/dockerd", is_root=True, has_apt=True)
+
+
+def _record(monkeypatch, *probes: Probe) -> list[str]:
+    """Run ensure_engine against successive `probes`, recording the actions instead of touching the machine."""
     done: list[str] = []
-    monkeypatch.setattr(engine, "probe", lambda: (probe, None))
+    seen = iter(probes)
+    monkeypatch.setattr(engine, "probe", lambda: (next(seen), None))
     monkeypatch.setattr(engine, "_install_docker", lambda log: done.append("install"))
     monkeypatch.setattr(engine, "_start_dockerd", lambda log: done.append("start"))
     monkeypatch.setattr(engine, "_wait_for_engine", lambda timeout: done.append("wait") or "client")
@@ -53,9 +57,23 @@ def _record(monkeypatch, probe: Probe) -> list[str]:
 
 
 def test_ensure_engine_on_a_fresh_machine_installs_starts_and_waits(monkeypatch):
-    done = _record(monkeypatch, FRESH_DEBIAN_ROOT)
+    done = _record(monkeypatch, FRESH_DEBIAN_ROOT, INSTALLED_STOPPED)
     assert engine.ensure_engine() == "client"
     assert done == ["install", "start", "wait"]
+
+
+def test_ensure_engine_waits_for_a_dockerd_the_package_started_itself(monkeypatch):
+    started_by_package = Probe(answers=False, dockerd_path="/usr/sbin/dockerd", dockerd_running=True, is_root=True)
+    done = _record(monkeypatch, FRESH_DEBIAN_ROOT, started_by_package)
+    engine.ensure_engine()
+    assert done == ["install", "wait"]
+
+
+def test_ensure_engine_stops_when_the_install_brought_no_dockerd(monkeypatch):
+    done = _record(monkeypatch, FRESH_DEBIAN_ROOT, FRESH_DEBIAN_ROOT)
+    with pytest.raises(EngineUnavailable, match="install Docker by hand"):
+        engine.ensure_engine()
+    assert done == ["install"]
 
 
 def test_ensure_engine_never_starts_a_second_dockerd(monkeypatch):
