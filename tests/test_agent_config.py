@@ -1,0 +1,96 @@
+"""Configuration files and overrides, predictions file safety, and trajectory rendering."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+
+import pytest
+from rich.console import Console
+
+from agent.config import ConfigError, load_config
+from agent.predictions import append_prediction, read_predictions
+from agent.trajectory import load_trajectory, render
+
+
+def test_file_then_set_then_flags_take_precedence(tmp_path):
+    path = tmp_path / "pinpoint.yaml"
+    path.write_text("budget:\n  max_steps: 7\n  max_cost_usd: 1\nsearch:\n  policy: bester\n")
+    config = load_config(path, ["budget.max_steps=9"], defaults={"budget.max_steps": 3, "search.k": 2},
+                         **{"llm.model": "gpt-x", "llm.base_url": None})
+    assert config.budget.max_steps == 9 and config.budget.max_cost_usd == 1.0
+    assert config.search.policy == "bester" and config.search.k == 2
+    assert config.llm.model == "gpt-x" and config.llm.base_url is None
+
+
+def test_toml_is_read_too(tmp_path):
+    path = tmp_path / "pinpoint.toml"
+    path.write_text('[llm]\nbase_url = "http://localhost:8000/v1"\ntool_mode = "text"\n')
+    config = load_config(path)
+    assert config.llm.base_url == "http://localhost:8000/v1" and config.llm.tool_mode == "text"
+
+
+@pytest.mark.parametrize("text, field, expected", [
+    ("budget:\n  max_steps: many\n", "budget.max_steps", "an integer"),
+    ("search:\n  policy: greedy\n", "search.policy", "'flare'"),
+    ("budget:\n  max_stepz: 3\n", "budget.max_stepz", "max_steps"),
+    ("llm:\n  temperature: -1\n", "llm.temperature", ">= 0"),
+    ("agent: 3\n", "agent", "a mapping"),
+])
+def test_bad_config_names_the_field_and_what_was_expected(tmp_path, text, field, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert field in str(info.value) and expected in str(info.value)
+
+
+def test_bad_override_syntax_is_explained():
+    with pytest.raises(ConfigError, match="section.field=value"):
+        load_config(overrides=["max_steps=3"])
+
+
+def test_concurrent_appends_keep_whole_lines_and_last_write_wins(tmp_path):
+    path = tmp_path / "preds.jsonl"
+    patch = "diff --git a/x b/x\n" + "+" * 5000 + "\n"
+    threads = [threading.Thread(target=append_prediction, args=(path, f"id-{i}", patch, "m")) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["instance_id"] for r in rows) == sorted(f"id-{i}" for i in range(20))
+    assert all(r["model_patch"] == patch and r["model_name_or_path"] == "m" for r in rows)
+
+
+def test_a_torn_last_line_is_skipped_and_not_glued_to_the_next(tmp_path, capsys):
+    path = tmp_path / "preds.jsonl"
+    append_prediction(path, "a", "", "m")
+    with open(path, "a") as handle:
+        handle.write('{"instance_id": "b", "model_pa')  # a crash mid-write
+    append_prediction(path, "c", "", "m")
+    assert set(read_predictions(path)) == {"a", "c"}
+    assert "unreadable prediction line" in capsys.readouterr().err
+
+
+def test_show_rejects_non_trajectories_and_renders_real_ones(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="not a pinpoint trajectory"):
+        load_trajectory(bad)
+    data = {"format": "pinpoint-trajectory/1", "task": {"instance_id": "t-1"}, "status": "submitted",
+            "messages": [{"role": "user", "content": "fix it"},
+                         {"role": "assistant", "content": "", "tool_calls": [
+                             {"id": "1", "function": {"name": "view", "arguments": '{"path": "a.py"}'}}]}],
+            "suspects": [{"path": "a.py", "start_line": 3, "end_line": 3, "score": 0.5, "evidence": "frame"}],
+            "candidates": [{"id": "flare-1", "origin": "flare", "target": "a.py:3", "passed": 2, "failed": 0,
+                            "ok": True, "edited_lines": 2}],
+            "final_patch": "diff --git a/a.py b/a.py\n"}
+    good = tmp_path / "t.json"
+    good.write_text(json.dumps(data))
+    out = io.StringIO()
+    render(load_trajectory(good), Console(file=out, width=120))
+    shown = out.getvalue()
+    for expected in ("t-1", "submitted", "a.py:3", "view(", "flare-1", "diff --git a/a.py"):
+        assert expected in shown
