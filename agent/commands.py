@@ -234,8 +234,8 @@ def _cmd_fix(args: argparse.Namespace) -> int:
 
 # -- demo and show ---------------------------------------------------------------------------------------------------
 #: small enough to finish in a few minutes on 2 CPUs with the embedded model
-DEMO_DEFAULTS = {"budget.max_steps": 3, "search.k": 3, "search.rounds": 1, "llm.max_tokens": 160,
-                 "llm.timeout_s": 600.0, "budget.max_wall_s": 900.0}
+DEMO_DEFAULTS = {"budget.max_steps": 2, "search.k": 3, "search.rounds": 1, "llm.max_tokens": 128,
+                 "llm.timeout_s": 600.0, "budget.max_wall_s": 900.0, "agent.show_suspects": 3}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

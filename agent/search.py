@@ -9,6 +9,7 @@ smallest edit.
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 import time
 from collections.abc import Callable
@@ -48,6 +49,18 @@ def extract_code(reply: str) -> str | None:
     match = _CODE_BLOCK.search(reply)
     code = match.group(1) if match else reply.strip("`\n")
     return code if code.strip() else None
+
+
+def line_revision(code: str | None, original: str, window: list[str]) -> str | None:
+    """The revision of one line from a reply. Small models often echo the surrounding code: when the reply repeats
+    other lines of the shown window, keep only the reply line closest to the original line."""
+    if code is None:
+        return None
+    lines = [line for line in code.splitlines() if line.strip()]
+    context = {w.strip() for w in window if w.strip() and w.strip() != original.strip()}
+    if len(lines) > 1 and any(line.strip() in context for line in lines):
+        return max(lines, key=lambda line: difflib.SequenceMatcher(None, line.strip(), original.strip()).ratio())
+    return code
 
 
 def replace_region(text: str, start: int, end: int, replacement: str) -> str:
@@ -156,7 +169,9 @@ def flare_refine(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects
             original = text.splitlines()[line - 1]
             reply = ask(prompts.revision_prompt(problem, path, numbered(text, lo, hi), line, original,
                                                 node.outcome.output), f"flare round {round_no} {path}:{line}", False)
-            child = runner.evaluate(node, path, line, line, extract_code(reply), round=round_no)
+            window = text.splitlines()[lo - 1 : hi]
+            revision = line_revision(extract_code(reply), original, window)
+            child = runner.evaluate(node, path, line, line, revision, round=round_no)
             if child is not None:
                 children.append(child)
         best = _best(children)
