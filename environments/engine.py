@@ -8,6 +8,7 @@ Running it twice is safe: an engine that answers, or a dockerd still starting, i
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import os
@@ -129,28 +130,38 @@ def _install_docker(log=print) -> None:
                                     "Install Docker by hand (https://docs.docker.com/engine/install/) and rerun.")
 
 
-def _start_dockerd(log=print) -> None:
+def _start_dockerd(log=print) -> subprocess.Popen:
     path = _dockerd_path()
     if path is None:
         raise EngineUnavailable("dockerd is not on this machine after installing docker.io; install Docker by hand.")
     DOCKERD_LOG.parent.mkdir(parents=True, exist_ok=True)
     log(f"pinpoint: starting {path} in the background (log: {DOCKERD_LOG})")
     with open(DOCKERD_LOG, "ab") as out:
-        subprocess.Popen([path], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                         start_new_session=True, close_fds=True)
+        return subprocess.Popen([path], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
 
 
-def _wait_for_engine(timeout: float) -> docker.DockerClient:
+def _wait_for_engine(timeout: float, dockerd: subprocess.Popen | None = None) -> docker.DockerClient:
+    """Poll until the engine answers; give up early when the dockerd we started has exited."""
     deadline = time.monotonic() + timeout
     error = ""
     while time.monotonic() < deadline:
+        if dockerd is not None and dockerd.poll() is not None:
+            with contextlib.suppress(Exception):  # it may still be a second dockerd that lost to a running one
+                return _connect()
+            raise EngineUnavailable(f"dockerd exited with status {dockerd.returncode} before answering. "
+                                    f"Last lines of {DOCKERD_LOG}:\n{_log_tail()}")
         try:
             return _connect()
         except Exception as exc:  # not up yet: same family of errors as in probe()
             error = str(exc)
             time.sleep(0.5)
-    tail = DOCKERD_LOG.read_text(errors="replace")[-3000:] if DOCKERD_LOG.exists() else "(no log)"
-    raise EngineUnavailable(f"dockerd did not answer within {timeout:g}s ({error}). Last lines of {DOCKERD_LOG}:\n{tail}")
+    raise EngineUnavailable(f"dockerd did not answer within {timeout:g}s ({error}). "
+                            f"Last lines of {DOCKERD_LOG}:\n{_log_tail()}")
+
+
+def _log_tail() -> str:
+    return DOCKERD_LOG.read_text(errors="replace")[-3000:] if DOCKERD_LOG.exists() else "(no log)"
 
 
 def ensure_engine(*, timeout: float = START_TIMEOUT_S, log=print) -> docker.DockerClient:
@@ -163,8 +174,8 @@ def ensure_engine(*, timeout: float = START_TIMEOUT_S, log=print) -> docker.Dock
         if decision.action is Action.FAIL:
             raise EngineUnavailable(decision.message)
         if decision.action is Action.START:
-            _start_dockerd(log)
-        if decision.action in (Action.START, Action.WAIT):
+            return _wait_for_engine(timeout, _start_dockerd(log))
+        if decision.action is Action.WAIT:
             return _wait_for_engine(timeout)
         if attempt:
             break

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from environments import engine
@@ -52,7 +54,7 @@ def _record(monkeypatch, *probes: Probe) -> list[str]:
     monkeypatch.setattr(engine, "probe", lambda: (next(seen), None))
     monkeypatch.setattr(engine, "_install_docker", lambda log: done.append("install"))
     monkeypatch.setattr(engine, "_start_dockerd", lambda log: done.append("start"))
-    monkeypatch.setattr(engine, "_wait_for_engine", lambda timeout: done.append("wait") or "client")
+    monkeypatch.setattr(engine, "_wait_for_engine", lambda timeout, dockerd=None: done.append("wait") or "client")
     return done
 
 
@@ -97,3 +99,14 @@ def test_wait_times_out_with_the_dockerd_log(monkeypatch, tmp_path):
     monkeypatch.setattr(engine, "_connect", lambda: (_ for _ in ()).throw(ConnectionError("refused")))
     with pytest.raises(EngineUnavailable, match="something specific"):
         engine._wait_for_engine(0.2)
+
+
+def test_a_dockerd_that_dies_is_reported_at_once_with_its_log(monkeypatch, tmp_path):
+    log = tmp_path / "dockerd.log"
+    log.write_text("failed to start daemon: iptables failed\n")
+    monkeypatch.setattr(engine, "DOCKERD_LOG", log)
+    monkeypatch.setattr(engine, "_connect", lambda: (_ for _ in ()).throw(ConnectionError("refused")))
+    dead = subprocess.Popen(["sh", "-c", "exit 1"])
+    dead.wait()
+    with pytest.raises(EngineUnavailable, match=r"(?s)exited with status 1.*iptables failed"):
+        engine._wait_for_engine(600, dead)
