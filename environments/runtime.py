@@ -40,6 +40,8 @@ class Runtime(abc.ABC):
 
     #: absolute path of the repository root as seen by commands run in this runtime
     workdir: str
+    #: sha of the commit the working tree started from; `diff()` and `reset()` are relative to it
+    base_commit: str
 
     @abc.abstractmethod
     def run(self, command: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:
