@@ -255,3 +255,16 @@ def test_eval_cli_rejects_a_bad_dataset_with_one_clear_line(tmp_path, capsys):
     args = parser.parse_args(["eval", "--gold", "--dataset", str(bad)])
     assert args.func(args) == 2
     assert "bad.jsonl line 1: field 'repo' must be a non-empty string" in capsys.readouterr().err
+
+
+def test_fidelity_table_counts_per_repo_and_names_every_miss(tmp_path, requests_instance):
+    from swebench_eval.evaluate import InstanceReport, write_report
+    from swebench_eval.fidelity import fidelity_table
+
+    other = load_instances(ids=["psf__requests-1142"])[0]
+    write_report(InstanceReport(REQUESTS_ID, "resolved"), tmp_path / "gold" / REQUESTS_ID)
+    write_report(InstanceReport(other.instance_id, "no_test_output"), tmp_path / "gold" / other.instance_id)
+    write_report(InstanceReport(REQUESTS_ID, "resolved"), tmp_path / "empty" / REQUESTS_ID)
+    table, misses = fidelity_table([requests_instance, other], tmp_path / "gold", tmp_path / "empty")
+    assert "| psf/requests | 2 | 2 | 2 | 1 | 0 | 1 | 1 |" in table
+    assert misses == [f"{REQUESTS_ID}: empty resolved", "psf__requests-1142: gold no_test_output"]
