@@ -1,0 +1,71 @@
+"""`pinpoint fix` on a team's own repository (local checkout, issue from a file, patch + branch) and its input errors.
+The model is the FAKE scripted server over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from agent.cli import main
+from agent.demo import build_demo_repo
+from agent.fake_llm_server import FakeScriptedLLMServer, tool_call
+from agent.fix import IssueError, read_issue
+
+FIX = {"command": "str_replace", "path": "numeric/functions.py", "old_str": "return number % 1.0 + 1.0",
+       "new_str": "return number % 1.0"}
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_fix_writes_the_patch_and_a_branch_without_touching_the_users_checkout(tmp_path):
+    demo = build_demo_repo(tmp_path / "team-repo", "Python/2")
+    (demo.path / "notes.txt").write_text("uncommitted work\n")  # the user's own uncommitted file
+    head = _git(demo.path, "rev-parse", "HEAD")
+    issue = tmp_path / "issue-42.md"
+    issue.write_text(demo.task.problem_statement)
+    script = [tool_call("str_replace_editor", FIX), tool_call("submit", {}), tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        code = main(["fix", str(demo.path), "--issue", str(issue), "--local", "--branch", "pinpoint/issue-42",
+                     "--test-cmd", demo.task.test_command, "--output", str(tmp_path / "out"), "--search", "none",
+                     "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake"])
+    assert code == 0
+    patch = (tmp_path / "out" / "team-repo-issue-42.patch").read_text()
+    assert "+    return number % 1.0\n" in patch
+    # the branch holds exactly the patch on top of the user's HEAD
+    assert _git(demo.path, "rev-parse", "pinpoint/issue-42^") == head
+    assert "+    return number % 1.0" in _git(demo.path, "show", "pinpoint/issue-42")
+    # the user's checkout is as it was
+    assert _git(demo.path, "rev-parse", "HEAD") == head
+    assert _git(demo.path, "status", "--porcelain") == "?? notes.txt"
+    assert "+ 1.0" in (demo.path / "numeric" / "functions.py").read_text()
+    trajectory = json.loads((tmp_path / "out" / "runs" / "team-repo-issue-42" / "trajectory.json").read_text())
+    assert trajectory["status"] == "submitted" and trajectory["runtime"] == "LocalRuntime"
+
+
+def test_issue_url_offline_gives_a_clear_error(monkeypatch):
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens there: the request cannot leave
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with pytest.raises(IssueError, match="--issue FILE"):
+        read_issue("https://github.com/psf/requests/issues/6028", timeout=5)
+
+
+def test_issue_that_is_neither_url_nor_file_is_named(tmp_path, capsys):
+    demo = build_demo_repo(tmp_path / "r", "Python/2")
+    code = main(["fix", str(demo.path), "--issue", "no-such-issue.txt", "--local"])
+    assert code == 2
+    assert "no-such-issue.txt" in capsys.readouterr().err
+
+
+def test_bad_config_stops_before_any_work(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("search:\n  k: ten\n")
+    code = main(["demo", "--config", str(config), "--output", str(tmp_path / "out")])
+    assert code == 2
+    assert "search.k" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
