@@ -10,7 +10,6 @@ well-formed action, which keeps the graph moving end to end.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import dataclasses
 import gc
 import importlib.util
@@ -22,7 +21,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +85,6 @@ class EmbeddedModel:
         self.base_url: str | None = None
         self.startup_s: float | None = None
         self._server: Any = None
-        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def start(self) -> EmbeddedModel:
@@ -113,8 +110,6 @@ class EmbeddedModel:
                 self._server = xllamacpp.Server(params)
             except Exception as exc:  # the binding raises plain RuntimeError/ValueError with llama.cpp's reason
                 raise EmbeddedModelError(f"xllamacpp could not start {params.model.path}: {exc}") from exc
-            self._pid = os.getpid()
-            _live.add(self)
             address = self._server.listening_address
             atexit.register(self.stop)
         try:
@@ -130,8 +125,6 @@ class EmbeddedModel:
     def stop(self) -> None:
         """Stop the server (its destructor joins the main loop); safe to call twice and from atexit."""
         with self._lock:
-            if self._server is not None and os.getpid() != self._pid:
-                return  # a forked child: the server's threads live in the parent, only the parent may stop it
             server, self._server = self._server, None
             self.base_url = None
         if server is not None:
@@ -175,19 +168,6 @@ def _wait_until_ready(address: str, timeout_s: float) -> None:
     raise EmbeddedModelError(f"embedded {MODEL_NAME} at {address} did not answer within {timeout_s:g}s "
                              f"({last_error})")
 
-
-_live: weakref.WeakSet[EmbeddedModel] = weakref.WeakSet()
-
-
-def _disown_in_child() -> None:
-    """A forked child must never run the server's destructor: it would wait forever for threads that only
-    exist in the parent. Keeping one extra reference means the child never frees it (the parent still stops it)."""
-    for model in list(_live):
-        if model._server is not None:
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(model._server))
-
-
-os.register_at_fork(after_in_child=_disown_in_child)
 
 _shared: EmbeddedModel | None = None
 _shared_lock = threading.Lock()
