@@ -85,9 +85,15 @@ def _solve_instance(instance, config: Config, out: Path, evaluate: bool, sources
         result = run_task(task, runtime, config, run_dir=run_dir, meta={"image": record.tag})
     row = {"status": result.status, "edited_lines": result.edited_lines["total"]}
     if evaluate:
-        verdict = evaluate_patch(instance, result.patch, image=record.tag, out_dir=out / "eval" / instance.instance_id,
+        from swebench_eval.evaluate import write_report
+        from swebench_eval.metrics import edit_metrics
+
+        eval_dir = out / "eval" / instance.instance_id
+        verdict = evaluate_patch(instance, result.patch, image=record.tag, out_dir=eval_dir,
                                  model_name=config.llm.model)
-        row.update(resolved=verdict.resolved, outcome=verdict.outcome)
+        verdict.edit = edit_metrics(result.patch, instance.patch).to_json()
+        write_report(verdict, eval_dir)
+        row.update(resolved=verdict.resolved, outcome=verdict.outcome, edit=verdict.edit)
     return {"result": result, **row}
 
 
@@ -98,11 +104,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(config.runs.output_dir)
     (instance,) = load_instances(args.dataset, ids=[args.instance_id])
     done = _solve_instance(instance, config, out, args.evaluate)
-    result: RunResult = done["result"]
-    append_prediction(out / "preds.jsonl", instance.instance_id, result.patch, config.llm.model, status=result.status)
+    result: RunResult = done.pop("result")
+    append_prediction(out / "preds.jsonl", instance.instance_id, result.patch, config.llm.model, **done)
     _print_result(result)
     if args.evaluate:
-        console.print(f"[bold]verdict[/] {done['outcome']}")
+        console.print(f"[bold]verdict[/] {done['outcome']} (edit F1 vs gold: {done['edit'].get('f1')})")
     return 0
 
 
