@@ -152,17 +152,16 @@ def _pull_slim(python_version: str, tag: str, log) -> bool:
     return True
 
 
-def apt_mirror() -> str:
+def apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
     """The Debian mirror this host uses (deb822 .sources or one-line .list), for debootstrap."""
     if os.environ.get("PINPOINT_DEBIAN_MIRROR"):
         return os.environ["PINPOINT_DEBIAN_MIRROR"]
-    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
-    for path in sources:
+    for path in sorted((apt_dir / "sources.list.d").glob("*.sources")):
         for block in path.read_text(errors="replace").split("\n\n"):
             fields = dict(re.findall(r"^(URIs|Suites):\s*(.+)$", block, flags=re.M))
             if "URIs" in fields and "security" not in fields.get("Suites", ""):
                 return fields["URIs"].split()[0]
-    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]:
+    for path in [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]:
         if path.exists():
             for line in path.read_text(errors="replace").splitlines():
                 match = re.match(r"deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)", line)
