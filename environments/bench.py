@@ -73,7 +73,7 @@ def run_bench(*, repeats: int = 20, concurrency: int = 8, image: str | None = No
     """All figures as one flat dict (times in milliseconds)."""
     client = engine.client()
     image = image or bench_image(log)
-    starts, resets, baseline, round_trips = [], [], [], []
+    starts, resets, baseline, round_trips, exec_trips = [], [], [], [], []
     reset_failures = 0
     for _ in range(max(3, repeats // 4)):
         elapsed, runtime_i = _ms(lambda: DockerRuntime(image, client=client))
@@ -83,6 +83,7 @@ def run_bench(*, repeats: int = 20, concurrency: int = 8, image: str | None = No
         runtime.run("true")
         for _ in range(repeats):
             round_trips.append(_ms(lambda: runtime.run("true"))[0])
+            exec_trips.append(_ms(lambda: runtime.container.exec_run("true"))[0])
         for i in range(repeats):
             _dirty(runtime, i)
             resets.append(_ms(runtime.reset)[0])
@@ -100,6 +101,9 @@ def run_bench(*, repeats: int = 20, concurrency: int = 8, image: str | None = No
         "container_start_ms_p95": _p(starts, 95),
         "command_round_trip_ms_p50": _p(round_trips, 50),
         "command_round_trip_ms_p95": _p(round_trips, 95),
+        "baseline_docker_exec_round_trip_ms_p50": _p(exec_trips, 50),
+        "baseline_docker_exec_round_trip_ms_p95": _p(exec_trips, 95),
+        "command_round_trip_speedup_p50": round(_p(exec_trips, 50) / _p(round_trips, 50), 1),
         "reset_ms_p50": _p(resets, 50),
         "reset_ms_p95": _p(resets, 95),
         "reset_incorrect": reset_failures,
