@@ -452,7 +452,11 @@ class LLMClient:
                 time.sleep(delay)
                 continue
             except openai.APIStatusError as exc:
-                raise LLMError(f"{self._where()}: HTTP {exc.status_code}: {_error_text(exc)}") from exc
+                hint = ""
+                if exc.status_code in (401, 403):
+                    state = "set" if os.environ.get(self.config.api_key_env) else "NOT set"
+                    hint = f" (the key is read from ${self.config.api_key_env}, which is {state})"
+                raise LLMError(f"{self._where()}: HTTP {exc.status_code}: {_error_text(exc)}{hint}") from exc
             return self._response(body, tools, time.monotonic() - started)
 
     # -- request building ---------------------------------------------------------------------------------------

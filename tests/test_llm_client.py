@@ -169,10 +169,12 @@ def test_reasoning_model_parameters_are_adapted_once():
     assert last["max_completion_tokens"] == 77 and "temperature" not in last and "max_tokens" not in last
 
 
-def test_client_errors_are_not_retried():
+def test_client_errors_are_not_retried(monkeypatch):
+    monkeypatch.delenv("PINPOINT_MISSING_KEY", raising=False)
     with FakeScriptedLLMServer([http_error(401, "invalid api key"), text("never")]) as fake:
-        with pytest.raises(LLMError, match="HTTP 401: invalid api key"):
-            client_for(fake).complete(ASK)
+        with pytest.raises(LLMError, match=r"HTTP 401: invalid api key \(the key is read from \$PINPOINT_MISSING_KEY, "
+                                           r"which is NOT set\)"):
+            client_for(fake, api_key_env="PINPOINT_MISSING_KEY").complete(ASK)
         assert len(fake.chat_requests) == 1
 
 
