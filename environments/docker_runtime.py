@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from io import BytesIO
 from pathlib import Path
 
@@ -112,6 +113,9 @@ class DockerRuntime(GitWorktreeRuntime):
         )
         self._closed = False
         self.container = None
+        # what close() releases, also when the runtime is garbage-collected or the interpreter exits without close()
+        self._owned = _Owned(self._ctl_dir)
+        self._cleanup = weakref.finalize(self, self._owned.release)
         self.channel = "exec"
         self._fast_reset = False
         try:
@@ -136,6 +140,7 @@ class DockerRuntime(GitWorktreeRuntime):
         try:
             self.container = self._client.containers.run(
                 self.image, ["sh", "-c", _MAIN], detach=True, init=True, **self._create_kwargs)
+            self._owned.container = self.container
         except docker.errors.ImageNotFound as exc:
             raise RuntimeFailure(f"image {self.image!r} does not exist; build it first") from exc
         self.channel = "server" if self._want_server and self._wait_for_server() else "exec"
@@ -171,10 +176,8 @@ class DockerRuntime(GitWorktreeRuntime):
         return False  # no python3 in the image, or an engine that cannot bind-mount this host's folders
 
     def _remove(self) -> None:
-        if self.container is not None:
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                self.container.remove(force=True)
-            self.container = None
+        self._owned.remove_container()
+        self.container = None
 
     def _broken(self, why: str) -> RuntimeBroken:
         name = self.container.short_id if self.container is not None else "(none)"
@@ -331,10 +334,27 @@ class DockerRuntime(GitWorktreeRuntime):
         self._start()
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._remove()
-            shutil.rmtree(self._ctl_dir, ignore_errors=True)
+        self._closed = True
+        self.container = None
+        self._cleanup()
+
+
+class _Owned:
+    """The container and control folder of one runtime; kept apart so a finalizer can release them."""
+
+    def __init__(self, ctl_dir: str) -> None:
+        self.ctl_dir = ctl_dir
+        self.container = None
+
+    def remove_container(self) -> None:
+        if self.container is not None:
+            with contextlib.suppress(docker.errors.APIError, requests.RequestException):
+                self.container.remove(force=True)
+            self.container = None
+
+    def release(self) -> None:
+        self.remove_container()
+        shutil.rmtree(self.ctl_dir, ignore_errors=True)
 
 
 def _recv_exact(conn: socket.socket, size: int) -> bytes:

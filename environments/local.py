@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from environments.runtime import RuntimeBroken
@@ -58,6 +59,8 @@ class LocalRuntime(GitWorktreeRuntime):
 
     def __init__(self, source: str | os.PathLike, base_commit: str | None = None) -> None:
         self._root = tempfile.mkdtemp(prefix="pinpoint-local-")
+        # deleted at close(), or when the runtime is garbage-collected / the interpreter exits without close()
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._root, ignore_errors=True)
         self.workdir = os.path.join(self._root, "repo")
         self._closed = False
         try:
@@ -118,9 +121,8 @@ class LocalRuntime(GitWorktreeRuntime):
         self._reset_tree()
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            shutil.rmtree(self._root, ignore_errors=True)
+        self._closed = True
+        self._cleanup()
 
 
 def _pump(stream, buffer: OutputBuffer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 import uuid
@@ -120,6 +121,15 @@ def test_container_killed_from_outside_is_a_clear_error_and_reset_recovers(rt, d
     rt.reset()
     assert rt.run("echo back").output == "back\n"
     assert rt.diff() == ""
+
+
+def test_a_runtime_dropped_without_close_still_removes_its_container(requests_image, docker_client):
+    runtime = DockerRuntime(requests_image)
+    cid = runtime.container.id
+    del runtime
+    gc.collect()
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(cid)
 
 
 def test_close_is_idempotent(requests_image, docker_client):

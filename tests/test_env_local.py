@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import time
@@ -140,3 +141,11 @@ def test_default_base_is_the_source_head(tmp_path):
 def test_source_without_head_names_its_branches(requests_repo):
     with pytest.raises(ValueError, match="base_commit.*base-"):
         LocalRuntime(requests_repo)
+
+
+def test_a_runtime_dropped_without_close_still_deletes_its_checkout(requests_repo, requests_commit):
+    runtime = LocalRuntime(requests_repo, requests_commit)
+    folder = os.path.dirname(runtime.workdir)
+    del runtime
+    gc.collect()
+    assert not os.path.exists(folder)
