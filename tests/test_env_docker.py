@@ -249,3 +249,27 @@ def test_image_without_python_falls_back_to_docker_exec(base_image_311):
         assert "+b" in runtime.diff()
         runtime.reset()
         assert runtime.read_file("a.txt") == b"a\n"
+
+
+@pytest.fixture(scope="module")
+def image_with_untracked_file(requests_image):
+    """The requests image plus a file git does not know and does not ignore, present at the base state."""
+    tag = f"pinpoint/test-untracked:{requests_image.rsplit(':', 1)[1][:40]}"
+    if not images.image_exists(tag):
+        commit_build_step(requests_image, "echo generated > /testbed/GENERATED_AT_BUILD.txt", tag, network=False)
+    return tag
+
+
+@pytest.mark.parametrize("channel", ["server", "exec"])
+def test_untracked_files_of_the_base_state_are_neither_diffed_nor_reset(image_with_untracked_file, channel):
+    with DockerRuntime(image_with_untracked_file, channel=channel) as runtime:
+        assert runtime.diff() == ""
+        runtime.write_file("GENERATED_AT_BUILD.txt", "changed by the agent\n")
+        runtime.write_file("agent.txt", "new\n")
+        assert "agent.txt" in runtime.diff() and "GENERATED_AT_BUILD" not in runtime.diff()
+        runtime.reset()
+        assert runtime.run("ls agent.txt").exit_code != 0
+        # kept either way; only the server channel has a pristine copy to restore its content from
+        restored = "generated\n" if channel == "server" else "changed by the agent\n"
+        assert runtime.read_text("GENERATED_AT_BUILD.txt") == restored
+        assert runtime.diff() == ""
