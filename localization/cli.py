@@ -1,0 +1,117 @@
+"""`pinpoint train-diagnostic`, `pinpoint eval-localization` and `pinpoint bench-diagnostic`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train-diagnostic", help="train the FLARE diagnostic model (CPU; scores are cached)")
+    p.add_argument("--config", choices=["small", "paper"], default="small")
+    p.add_argument("--out", type=Path, default=None, help="checkpoint path (default: the shipped default's path)")
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--lr", type=float, default=None, help="default 1e-4 (paper) / 1e-3 (small)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget", type=float, default=None, help="stop after the epoch that passes N seconds")
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(func=_train)
+
+    p = subparsers.add_parser("eval-localization", help="top-1/3/10 line accuracy vs baselines on held-out bugs")
+    p.add_argument("--checkpoint", type=Path, default=None)
+    p.add_argument("--sets", default="humanevalfix,pdb_multi,condefects")
+    p.add_argument("--limit", type=int, default=None, help="at most N programs per set (first N, fixed order)")
+    p.add_argument("--no-sbfl", action="store_true", help="skip running HumanEvalFix's tests")
+    p.add_argument("--json", type=Path, default=None, help="also write the table as JSON here")
+    p.set_defaults(func=_eval)
+
+    p = subparsers.add_parser("bench-diagnostic", help="diagnostic inference time on a 500-line file vs a test run")
+    p.add_argument("--lines", type=int, default=500)
+    p.add_argument("--checkpoint", type=Path, default=None)
+    p.set_defaults(func=_bench)
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _train(args) -> int:
+    from localization.dataset import DataConfig, build_examples, build_synthetic, training_programs
+    from localization.diagnostic import DEFAULT_CHECKPOINT
+    from localization.model import CONFIGS
+    from localization.scorer import LocalScorer
+    from localization.training import TrainConfig, train
+
+    cfg = DataConfig(seed=args.seed)
+    scorer = LocalScorer()
+    splits = {}
+    for split in ("train", "val"):
+        bases, real = training_programs(split, cfg)
+        _log(f"{split}: {len(bases)} correct programs to mutate, {len(real)} real bugs (scoring, cached)")
+        splits[split] = build_synthetic(bases, scorer, cfg, progress=_log) + build_examples(real, scorer, _log)
+    lr = args.lr if args.lr is not None else (1e-4 if args.config == "paper" else 1e-3)
+    tcfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
+                       time_budget_s=args.time_budget, threads=args.threads)
+    checkpoint = train(splits["train"], splits["val"], CONFIGS[args.config], tcfg, log=_log)
+    checkpoint.training["data_config"] = cfg.__dict__
+    out = args.out or DEFAULT_CHECKPOINT.with_name(f"diagnostic-{args.config}.pt")
+    checkpoint.save(out)
+    print(json.dumps({"checkpoint": str(out), "best_epoch": checkpoint.metrics["epoch"], "val": checkpoint.metrics["val"]}))
+    return 0
+
+
+def _eval(args) -> int:
+    from localization.data import humanevalfix
+    from localization.dataset import EVALUATION_SETS, DataConfig, build_examples, evaluation_programs
+    from localization.diagnostic import DEFAULT_CHECKPOINT
+    from localization.evaluation import (
+        diagnostic_ranker,
+        evaluate,
+        format_table,
+        lowest_confidence_ranker,
+        random_ranker,
+        sbfl_ranker,
+    )
+    from localization.model import Checkpoint
+    from localization.scorer import LocalScorer
+
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    unknown = [s for s in sets if s not in EVALUATION_SETS]
+    if unknown:
+        print(f"unknown evaluation set(s) {unknown}; choose from {list(EVALUATION_SETS)}", file=sys.stderr)
+        return 2
+    checkpoint_path = args.checkpoint or DEFAULT_CHECKPOINT
+    try:
+        checkpoint = Checkpoint.load(checkpoint_path)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"pinpoint eval-localization: {exc}", file=sys.stderr)
+        return 2
+    scorer = LocalScorer()
+    table = {}
+    for name in sets:
+        programs = evaluation_programs(name, DataConfig())
+        if args.limit:
+            programs = programs[: args.limit]
+        _log(f"{name}: {len(programs)} programs (scoring, cached)")
+        examples = build_examples(programs, scorer, _log)
+        rankers = {"diagnostic (FLARE)": diagnostic_ranker(checkpoint), "random line": random_ranker,
+                   "lowest confidence": lowest_confidence_ranker}
+        if name == "humanevalfix" and not args.no_sbfl:
+            rankers["sbfl (ochiai)"] = sbfl_ranker({p.id: (p.tests, p.entry_point) for p in humanevalfix()})
+        table[name] = evaluate(examples, rankers)
+    print(f"checkpoint: {checkpoint_path}")
+    print(format_table(table))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"checkpoint": str(checkpoint_path), "results": table}, indent=2))
+    return 0
+
+
+def _bench(args) -> int:
+    from localization.bench import run_benchmark
+
+    print(run_benchmark(lines=args.lines, checkpoint=args.checkpoint))
+    return 0

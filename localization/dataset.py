@@ -1,0 +1,150 @@
+"""Examples for the diagnostic model: a program's units, their confidences, the first buggy unit and gold lines.
+
+`build_examples` turns held-out sets and training pools (see `data`) into examples, scoring every program with the
+local scorer (cached). Synthetic bugs are scored incrementally from their correct base (`LocalScorer.score_mutants`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from localization import data
+from localization.confidence import TokenLogprob, unit_confidences
+from localization.data import Program
+from localization.mutations import mutants
+from localization.units import Unit, lexical_units
+
+
+@dataclass
+class Example:
+    """`target` is the index of the first buggy unit (-1 when the program has none, e.g. a correct program)."""
+
+    id: str
+    group: str
+    source: str
+    code: str
+    units: list[Unit]
+    confidences: dict[str, list[float | None]]
+    target: int
+    gold_lines: tuple[int, ...]
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which programs go into training, sized for CPU scoring; every choice is deterministic under `seed`."""
+
+    seed: int = 0
+    mutants_per_base: int = 5
+    max_chars: int = 2400
+    bigcodebench_bases: int = 120
+    livecodebench_bases: int = 80
+    debugbench: int = 120
+    condefects_train: int = 80
+    #: the validation split takes this fraction of each training count
+    val_fraction: float = 0.25
+    condefects_test: int = 120
+    pdb_multi: int = 1000
+
+
+def first_buggy_unit(units: Sequence[Unit], code: str, fixed: str | None, gold_lines: Iterable[int]) -> int:
+    """The first unit that differs from the fix and lies on a gold line; else the first unit on a gold line."""
+    gold = set(gold_lines)
+    if fixed is not None:
+        fixed_units = lexical_units(fixed)
+        matcher = difflib.SequenceMatcher(None, [u.text for u in units], [u.text for u in fixed_units], autojunk=False)
+        for tag, i1, _, _, _ in matcher.get_opcodes():
+            if tag != "equal" and i1 < len(units) and units[i1].line in gold:
+                return i1
+    return next((i for i, u in enumerate(units) if u.line in gold and u.type != "comment"), -1)
+
+
+def example_from(program: Program, tokens: list[TokenLogprob], target: int | None = None) -> Example:
+    units = lexical_units(program.code)
+    confidences = {v: unit_confidences(units, tokens, program.code, v) for v in ("sum", "mean", "length")}
+    if target is None:
+        target = first_buggy_unit(units, program.code, program.fixed_code, program.buggy_lines)
+    return Example(program.id, program.group, program.source, program.code, units, confidences, target,
+                   program.buggy_lines, dict(program.meta))
+
+
+def mutant_programs(base: Program, count: int, seed: int) -> list[tuple[Program, int, int]]:
+    """Synthetic bugs of `base`: (program, bug start, bug end) with the bug's line as gold."""
+    out = []
+    for k, m in enumerate(mutants(base.code, count, seed=seed)):
+        end_line = m.code.count("\n", 0, max(m.bug_start, m.bug_end - 1)) + 1
+        program = Program(id=f"{base.id}/mut{k}", group=base.group, source=f"synthetic/{base.source}", code=m.code,
+                          buggy_lines=tuple(range(m.bug_line, end_line + 1)), meta={"operator": m.operator})
+        out.append((program, m.bug_start, m.bug_end))
+    return out
+
+
+def _short(programs: list[Program], cfg: DataConfig) -> list[Program]:
+    return [p for p in programs if 0 < len(p.code) <= cfg.max_chars and p.code.strip()]
+
+
+def _sample(programs: list[Program], n: int, seed: int) -> list[Program]:
+    programs = sorted(programs, key=lambda p: p.id)
+    random.Random(seed).shuffle(programs)
+    return programs[:n]
+
+
+def evaluation_programs(name: str, cfg: DataConfig = DataConfig()) -> list[Program]:
+    """A held-out set by name: `humanevalfix`, `pdb_multi` or `condefects` (its test split)."""
+    if name == "humanevalfix":
+        return data.humanevalfix()
+    if name == "pdb_multi":
+        return _sample(data.pdb_multi(), cfg.pdb_multi, cfg.seed)
+    if name == "condefects":
+        return _sample(_short(list(data.iter_split(data.condefects(), "test")), cfg), cfg.condefects_test, cfg.seed)
+    raise ValueError(f"unknown evaluation set {name!r}; choose humanevalfix, pdb_multi or condefects")
+
+
+EVALUATION_SETS = ("humanevalfix", "pdb_multi", "condefects")
+
+
+def training_programs(split: str, cfg: DataConfig = DataConfig()) -> tuple[list[Program], list[Program]]:
+    """(correct bases to mutate, real buggy programs) of one split ('train' or 'val')."""
+    scale = 1.0 if split == "train" else cfg.val_fraction
+
+    def pick(programs: list[Program], n: int) -> list[Program]:
+        return _sample(_short(list(data.iter_split(programs, split)), cfg), int(n * scale), cfg.seed)
+
+    bases = pick(data.bigcodebench_solutions(), cfg.bigcodebench_bases)
+    bases += pick(data.livecodebench_solutions(), cfg.livecodebench_bases)
+    real = pick(data.debugbench(), cfg.debugbench) + pick(data.condefects(), cfg.condefects_train)
+    return bases, real
+
+
+def build_examples(
+    programs: Sequence[Program], scorer, progress: Callable[[str], None] | None = None
+) -> list[Example]:
+    """Score (cached) and turn real programs into examples."""
+    out = []
+    for i, program in enumerate(programs):
+        out.append(example_from(program, scorer.score(program.code)))
+        if progress and (i + 1) % 20 == 0:
+            progress(f"{i + 1}/{len(programs)} programs")
+    return out
+
+
+def build_synthetic(
+    bases: Sequence[Program], scorer, cfg: DataConfig, progress: Callable[[str], None] | None = None
+) -> list[Example]:
+    """Mutate each base, score the mutants incrementally from the base, target the first unit of each bug."""
+    out = []
+    for i, base in enumerate(bases):
+        muts = mutant_programs(base, cfg.mutants_per_base, seed=cfg.seed + i)
+        if not muts:
+            continue
+        token_lists = scorer.score_mutants(base.code, [p.code for p, _, _ in muts])
+        for (program, start, end), tokens in zip(muts, token_lists, strict=True):
+            units = lexical_units(program.code)
+            target = next((k for k, u in enumerate(units) if u.end > start and (u.start < end or start == end)), -1)
+            out.append(example_from(program, tokens, target))
+        if progress and (i + 1) % 20 == 0:
+            progress(f"{i + 1}/{len(bases)} bases")
+    return out

@@ -1,0 +1,83 @@
+"""The diagnostic localizer: code in, ranked suspicious lines out (FLARE's model over the LLM's confidence).
+
+Confidences come from the local scorer (the embedded SmolLM2) or, when the caller already has log-probs from the
+LLM that wrote the code (an OpenAI-compatible response), from those tokens directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from localization.confidence import TokenLogprob, unit_confidences
+from localization.features import featurize
+from localization.model import Checkpoint, line_scores
+from localization.scorer import LocalScorer
+from localization.suspects import LocalizationRequest, Suspect
+from localization.units import lexical_units
+
+DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "diagnostic-small.pt"
+
+
+@dataclass(frozen=True)
+class RankedLine:
+    line: int
+    score: float
+    evidence: str
+
+
+class DiagnosticLocalizer:
+    """Implements `localization.suspects.Localizer`; `top_k` lines per file become suspects."""
+
+    name = "flare"
+
+    def __init__(self, checkpoint: Path | Checkpoint | None = None, scorer: LocalScorer | None = None,
+                 top_k: int = 10, language: str = "python"):
+        self.checkpoint = checkpoint if isinstance(checkpoint, Checkpoint) else Checkpoint.load(
+            checkpoint or DEFAULT_CHECKPOINT)
+        self.model = self.checkpoint.model()
+        self._scorer = scorer
+        self.top_k = top_k
+        self.language = language
+
+    @property
+    def scorer(self) -> LocalScorer:
+        if self._scorer is None:
+            self._scorer = LocalScorer()
+        return self._scorer
+
+    def rank_lines(self, code: str, tokens: list[TokenLogprob] | None = None) -> list[RankedLine]:
+        """Every line holding code, most suspicious first. `tokens` (with log-probs) skip the local scorer."""
+        units = [u for u in lexical_units(code, self.language)]
+        if not units:
+            return []
+        tokens = tokens if tokens is not None else self.scorer.score(code)
+        variant = self.checkpoint.config.confidence
+        confs = unit_confidences(units, tokens, code, variant)
+        feats = featurize(units, confs, self.checkpoint.vocab)
+        with torch.no_grad():
+            logits = self.model.score_units(feats)
+        scores = line_scores(logits, feats["lines"])
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        out = []
+        for line, score in ranked:
+            on_line = [(float(logits[i]), u, c) for i, (u, c) in enumerate(zip(units, confs, strict=True))
+                       if u.line == line]
+            top = sorted(on_line, key=lambda t: -t[0])[:3]
+            evidence = "most suspicious units: " + ", ".join(
+                f"`{u.text[:30]}` ({variant} log-prob {c:.2f})" if c is not None else f"`{u.text[:30]}` (no token)"
+                for _, u, c in top
+            )
+            out.append(RankedLine(line, score, evidence))
+        return out
+
+    def localize(self, request: LocalizationRequest) -> list[Suspect]:
+        suspects = []
+        for path, text in request.files.items():
+            if not path.endswith(".py"):
+                continue
+            for r in self.rank_lines(text)[: self.top_k]:
+                suspects.append(Suspect(path, r.line, r.line, r.score, self.name, r.evidence))
+        return sorted(suspects, key=lambda s: -s.score)

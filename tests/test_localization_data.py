@@ -1,0 +1,59 @@
+"""Training data: held-out sets stay out, splits are by base task, mutations make parsable, located bugs."""
+
+from localization import data
+from localization.dataset import DataConfig, first_buggy_unit, mutant_programs, training_programs
+from localization.mutations import OPERATORS, mutants
+from localization.units import _parser, lexical_units
+
+
+def test_held_out_benchmarks_never_reach_training():
+    held = data.pdb_held_out_tasks()
+    assert "BigCodeBench/1015" in held  # PDB-Multi's first bug comes from this BigCodeBench task
+    cfg = DataConfig()
+    for split in ("train", "val"):
+        bases, real = training_programs(split, cfg)
+        assert bases and real
+        for program in bases + real:
+            assert program.group not in held
+            assert program.source not in {"humanevalfix", "pdb_multi"}
+            assert not program.id.startswith(("Python/", "HumanEval"))
+            assert data.split_of(program.group) == split
+
+
+def test_splits_are_by_base_task_and_stable():
+    programs = data.condefects()
+    by_group: dict[str, set[str]] = {}
+    for p in programs:
+        by_group.setdefault(p.group, set()).add(data.split_of(p.group))
+    assert all(len(s) == 1 for s in by_group.values())
+    counts = {s: sum(1 for _ in data.iter_split(programs, s)) for s in data.SPLITS}
+    assert counts["train"] > 5 * counts["test"] > 0
+    assert data.split_of("condefects/abc221_f") == data.split_of("condefects/abc221_f")
+
+
+def test_mutants_of_real_code_parse_and_locate_their_bug():
+    base = next(p for p in data.bigcodebench_solutions() if p.id == "BigCodeBench/104")
+    muts = mutants(base.code, 12, seed=3)
+    assert len(muts) == 12 and len({m.code for m in muts}) == 12
+    assert len({m.operator for m in muts}) >= 4
+    assert mutants(base.code, 12, seed=3) == muts  # deterministic
+    for m in muts:
+        assert m.code != base.code
+        assert not _parser("python").parse(m.code.encode()).root_node.has_error
+        assert m.code[: m.bug_start] == base.code[: m.bug_start]  # nothing changed before the bug
+    assert set(OPERATORS) >= {"wrong_operator", "off_by_one", "swapped_arguments", "wrong_variable",
+                              "dropped_condition", "wrong_constant", "missing_call"}
+
+
+def test_mutant_gold_line_holds_the_edit():
+    base = data.livecodebench_solutions()[0]
+    for program, start, end in mutant_programs(base, 5, seed=0):
+        assert program.buggy_lines[0] == program.code.count("\n", 0, start) + 1
+        assert program.buggy_lines[-1] == program.code.count("\n", 0, max(start, end - 1)) + 1
+
+
+def test_first_buggy_unit_of_a_real_bug_is_the_changed_token():
+    program = data.humanevalfix()[0]  # `distance = elem - elem2`, fixed to `abs(elem - elem2)`
+    units = lexical_units(program.code)
+    target = first_buggy_unit(units, program.code, program.fixed_code, program.buggy_lines)
+    assert units[target].line == 8 and units[target].text == "elem"

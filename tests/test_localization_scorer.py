@@ -1,0 +1,77 @@
+"""The real embedded LLM (SmolLM2-135M on torch): token log-probs, caching, incremental mutant scoring, and the
+diagnostic localizer and evaluation command on real buggy code. Loads the model once (about a minute on CPU)."""
+
+import json
+import math
+
+import pytest
+
+from agent.cli import main as pinpoint
+from localization.data import bigcodebench_solutions, humanevalfix
+from localization.diagnostic import DEFAULT_CHECKPOINT, DiagnosticLocalizer
+from localization.mutations import mutants
+from localization.scorer import LocalScorer
+from localization.suspects import LocalizationRequest, Localizer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def scorer(tmp_path_factory):
+    return LocalScorer(cache_dir=tmp_path_factory.mktemp("confidence"))
+
+
+def test_scorer_gives_finite_logprobs_that_tile_real_code(scorer):
+    code = humanevalfix()[0].code
+    tokens = scorer.score(code)
+    assert all(math.isfinite(t.logprob) and t.logprob <= 0 for t in tokens)
+    assert "".join(code[t.start : t.end] for t in tokens) == code
+    assert scorer.is_cached(code)
+    assert scorer.score(code) == tokens  # from the disk cache
+
+
+def test_windows_and_batches_do_not_change_the_prefix(scorer):
+    code = bigcodebench_solutions()[2].code
+    small = LocalScorer(cache_dir=scorer.cache_dir / "small", window=96, context=32)
+    small._model, small._tokenizer = scorer._load()
+    full, windowed = scorer.score(code), small.score(code)
+    assert len(full) == len(windowed) > 96
+    assert all(abs(a.logprob - b.logprob) < 1e-3 for a, b in zip(full[:96], windowed[:96], strict=True))
+    both = scorer.score_many([code, humanevalfix()[1].code])
+    assert both[0] == full
+
+
+def test_mutants_are_scored_exactly_up_to_the_change_and_just_after(scorer):
+    base = bigcodebench_solutions()[2].code
+    muts = [m.code for m in mutants(base, 2, seed=1)]
+    fast = scorer.score_mutants(base, muts, after=24)
+    exact = LocalScorer(cache_dir=scorer.cache_dir / "exact")
+    exact._model, exact._tokenizer = scorer._load()
+    for code, approx, ref in zip(muts, fast, exact.score_many(muts), strict=True):
+        assert [(t.start, t.end) for t in approx] == [(t.start, t.end) for t in ref]
+        first = next(i for i, (a, b) in enumerate(zip(code, base, strict=False)) if a != b)
+        near = [i for i, t in enumerate(ref) if t.end > first][:20]
+        assert all(abs(approx[i].logprob - ref[i].logprob) < 1e-3 for i in range(near[-1] + 1))
+
+
+def test_localizer_ranks_lines_of_real_buggy_code(scorer):
+    program = humanevalfix()[0]
+    localizer = DiagnosticLocalizer(DEFAULT_CHECKPOINT, scorer=scorer, top_k=3)
+    assert isinstance(localizer, Localizer)
+    ranked = localizer.rank_lines(program.code)
+    code_lines = {i + 1 for i, text in enumerate(program.code.splitlines()) if text.strip()}
+    assert {r.line for r in ranked} == code_lines
+    assert [r.score for r in ranked] == sorted((r.score for r in ranked), reverse=True)
+    suspects = localizer.localize(LocalizationRequest(files={"close.py": program.code, "README.md": "# hi"}))
+    assert len(suspects) == 3 and {s.path for s in suspects} == {"close.py"}
+    assert all(s.signal == "flare" and "log-prob" in s.evidence for s in suspects)
+
+
+def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PINPOINT_CACHE", str(scorer.cache_dir.parent))
+    out = tmp_path / "eval.json"
+    assert pinpoint(["eval-localization", "--sets", "humanevalfix", "--limit", "4", "--json", str(out)]) == 0
+    assert "sbfl (ochiai)" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["results"]["humanevalfix"]
+    assert {r["method"] for r in rows} == {"diagnostic (FLARE)", "random line", "lowest confidence", "sbfl (ochiai)"}
+    assert all(r["n"] == 4 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in rows)
