@@ -261,6 +261,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         with LocalRuntime(demo.path) as runtime:
             result = run_task(demo.task, runtime, config, run_dir=out / "runs" / demo.task.instance_id, fresh=True)
             apply_patch(runtime, result.patch)
+            runtime.run("git checkout -- tests", timeout=60)  # the verdict uses the original tests, whatever the run did
             verdict = run_test_command(runtime, demo.task.test_command, config.agent.test_timeout_s)
     trajectory = load_trajectory(result.trajectory)
     render(trajectory, Console(), full=False)

@@ -29,6 +29,7 @@ from agent.search import Node, bester_search, flare_refine, numbered
 from agent.state import AgentState, Task
 from environments.runtime import Runtime, RuntimeFailure
 from localization.fusion import fuse_localizers
+from localization.retrieval import is_test_path
 from localization.suspects import LocalizationRequest, Localizer, Suspect
 from tools.registry import call_tool, default_tools, openai_schemas
 
@@ -280,7 +281,8 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         task = task_of(state)
         command = test_command_of(state)
         failure = _last_failure(state)
-        suspects = [Suspect(**s) for s in state.get("suspects") or []]
+        # candidates never rewrite tests: a weakened assertion would pass the very check that judges them
+        suspects = [Suspect(**s) for s in state.get("suspects") or [] if not is_test_path(s["path"])]
         patch = ctx.runtime.diff()
         start = Node(patch, failure or outcome_from_output(command, 1, "", False))
         policies = cfg.search.policy.split("+")

@@ -56,7 +56,8 @@ class Mention:
     weight: float
 
 
-def _is_test_path(path: str) -> bool:
+def is_test_path(path: str) -> bool:
+    """Test code by the usual layouts (tests/ folders, test_*.py, *_test.py)."""
     parts = path.split("/")
     return any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_") or parts[-1].endswith("_test.py")
 
@@ -248,7 +249,7 @@ class RetrievalLocalizer:
         for depth, (_, path, line, func) in enumerate(frames):
             source = self._text(path)
             code = source.splitlines()[line - 1].strip() if 0 < line <= len(source.splitlines()) else ""
-            base = 0.5 if _is_test_path(path) else 4.0  # a test's own frame says little about the fault
+            base = 0.5 if is_test_path(path) else 4.0  # a test's own frame says little about the fault
             where = f" in {func}" if func else ""
             add(path, line, line, base + 0.2 * depth / max(1, len(frames)),
                 f"traceback frame {depth + 1}/{len(frames)} at {path}:{line}{where}: `{code}`")
@@ -264,7 +265,7 @@ class RetrievalLocalizer:
             if path and path not in seen:
                 seen.add(path)
                 n = max(1, len(self._text(path).splitlines()))
-                add(path, 1, n, 2.0 if not _is_test_path(path) else 1.0, f"the text names the file `{raw}`")
+                add(path, 1, n, 2.0 if not is_test_path(path) else 1.0, f"the text names the file `{raw}`")
         modules = {f[:-3].replace("/", "."): f for f in files if f.endswith(".py")}
         modules.update({f[: -len("/__init__.py")].replace("/", "."): f for f in files if f.endswith("/__init__.py")})
         for dotted in _DOTTED.findall(text):
@@ -288,7 +289,7 @@ class RetrievalLocalizer:
             start, end = body_span(self._text(path), line)
             specificity = 1.0 / count[name]
             score = 1.5 * specificity * (1 + math.log1p(mentions[name])) / 2
-            if _is_test_path(path):
+            if is_test_path(path):
                 score *= 0.4
             elsewhere = f" (one of {count[name]} definitions)" if count[name] > 1 else ""
             kind = "class" if re.match(r"\s*class\b", self._text(path).splitlines()[line - 1]) else "function"

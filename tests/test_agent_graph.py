@@ -216,3 +216,21 @@ def test_interrupted_run_resumes_by_thread_id_without_redoing_steps(demo, tmp_pa
         assert len(fake.chat_requests) == 5  # no model call was repeated
     assert result.resumed and result.status == "submitted"
     assert "+    return number % 1.0\n" in result.patch  # the edit made before the interruption survived
+
+
+def test_failed_search_returns_to_edit_and_a_later_failing_test_searches_again(demo, tmp_path):
+    def reply(request):
+        prompt = request["messages"][-1]["content"]
+        if "Rewrite line" in prompt:  # a revision that changes the line but fixes nothing
+            original = prompt.split("is suspicious:\n", 1)[1].split("\n", 1)[0]
+            return text("```python\n" + original.replace("return", "return 0 or") + "\n```")
+        return tool_call("submit", {})
+
+    with FakeScriptedLLMServer(default=reply) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, **{"search.policy": "flare", "search.k": 2,
+                                                         "search.max_searches": 2, "budget.max_steps": 2})
+    nodes = _nodes(traj)
+    assert nodes == ["view", "test", "localize", "search", "edit", "test", "search", "edit", "test", "finalize"]
+    assert all(not c["ok"] for c in traj["candidates"]) and len(traj["candidates"]) >= 2
+    assert not any(c["target"].startswith("tests/") for c in traj["candidates"])  # tests are never rewritten
+    assert result.status == "budget:steps" and result.patch == ""  # no candidate beat the base program
