@@ -230,7 +230,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     harness = _subparsers_of(bench).add_parser("harness", help="image build time, bytes per instance layer, "
                                                "eval time per instance")
     _dataset_args(harness)
-    harness.set_defaults(instances=["psf__requests-2931"])
+    harness.set_defaults(instances=["psf__requests-1142"])
     harness.add_argument("--json", help="also write the figures to this file")
     harness.set_defaults(func=_guard(_bench))
 
