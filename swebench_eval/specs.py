@@ -40,7 +40,7 @@ ENV_YML_PATHS = {
 #: conda names whose PyPI distribution is named differently (the rest are the same on both)
 CONDA_TO_PIP = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-core": "dask",
                 "pytorch": "torch", "python-graphviz": "graphviz"}
-#: yanked packages the official harness swaps (clean_requirements)
+#: yanked packages the official harness swaps, without their version pin (clean_requirements)
 REPLACE_REQ_PACKAGES = [("types-pkg_resources", "types-setuptools")]
 
 
@@ -122,8 +122,8 @@ def _requirements_text(instance: Instance, sources: RepoSources) -> str:
             original.append(line)
     additional.append("\n".join(original))
     body = "\n".join(additional)
-    for old, new in REPLACE_REQ_PACKAGES:
-        body = re.sub(rf"^{re.escape(old)}(?=[<>=!~\s]|$)", new, body, flags=re.MULTILINE)
+    for old, new in REPLACE_REQ_PACKAGES:  # the replacement drops the yanked package's version pin
+        body = re.sub(rf"^{re.escape(old)}(?:\s*[<>=!~][^\s;#]*)?", new, body, flags=re.MULTILINE)
     return body
 
 
