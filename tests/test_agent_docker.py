@@ -14,7 +14,7 @@ from agent.cli import main
 from agent.fake_llm_server import FakeScriptedLLMServer, tool_call
 from swebench_eval.datasets import load_instances
 
-INSTANCE = "psf__requests-2931"  # the fastest instance to build (also the harness's own end-to-end test)
+INSTANCE = "psf__requests-1142"  # fast to build; also the harness's own real-container instance
 
 
 def gold_edits(patch: str) -> list[dict]:
@@ -32,7 +32,7 @@ def gold_edits(patch: str) -> list[dict]:
 def test_gold_replay_through_the_agent_resolves_under_official_grading(tmp_path, docker_client):
     instance = load_instances(ids=[INSTANCE])[0]
     edits = gold_edits(instance.patch)
-    assert len(edits) == 2
+    assert len(edits) == 1
     script = [tool_call("str_replace_editor", e) for e in edits] + [tool_call("submit", {}), tool_call("submit", {})]
     with FakeScriptedLLMServer(script) as fake:
         code = main(["run", INSTANCE, "--evaluate", "--output", str(tmp_path), "--search", "none",
@@ -45,7 +45,12 @@ def test_gold_replay_through_the_agent_resolves_under_official_grading(tmp_path,
     assert report["resolved"] is True
     assert report["tests_status"]["FAIL_TO_PASS"]["success"] == list(instance.FAIL_TO_PASS)
     trajectory = json.loads((tmp_path / "runs" / INSTANCE / "trajectory.json").read_text())
-    assert trajectory["runtime"] == "DockerRuntime" and trajectory["edited_lines"]["total"] == 5
+    assert trajectory["runtime"] == "DockerRuntime" and trajectory["edited_lines"]["total"] == 3
+    # and the same predictions file resolves under `pinpoint eval`
+    code = main(["eval", "--predictions", str(tmp_path / "preds.jsonl"), "--instances", INSTANCE,
+                 "--runs-dir", str(tmp_path / "graded"), "--run-id", "replay"])
+    summary = json.loads((tmp_path / "graded" / "eval" / "replay" / "summary.json").read_text())
+    assert summary["resolved_instances"] == 1 and summary["ids"]["resolved"] == [INSTANCE]
 
 
 @pytest.mark.docker
