@@ -61,6 +61,10 @@ class AgentSection:
     relocalize_on_failure: bool = True
     #: suspects quoted in the localization prompt
     show_suspects: int = 8
+    #: files (top-ranked by the other signals) whose source is given to code-reading signals
+    localize_files: int = 3
+    #: add the FLARE diagnostic model as a localization signal when its checkpoint is installed
+    diagnostic: bool = True
     #: tool observations longer than this are truncated (the tools also truncate)
     max_observation_chars: int = 12_000
 

@@ -28,7 +28,7 @@ from agent.patches import PatchError, TestOutcome, apply_patch, edited_lines, ou
 from agent.search import Node, bester_search, flare_refine, numbered
 from agent.state import AgentState, Task
 from environments.runtime import Runtime, RuntimeFailure
-from localization.fusion import fuse_localizers
+from localization.fusion import fuse_localizers, reciprocal_rank_fusion
 from localization.retrieval import is_test_path
 from localization.suspects import LocalizationRequest, Localizer, Suspect
 from tools.registry import call_tool, default_tools, openai_schemas
@@ -195,6 +195,14 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         request = LocalizationRequest(problem_statement=task.problem_statement,
                                       test_output=failure.output if failure else "")
         fused, per_signal = fuse_localizers(ctx.localizers, request)
+        # signals that read code (the diagnostic model) get the source of the files the others point at
+        waiting = [loc for loc in ctx.localizers if not per_signal.get(loc.name)]
+        paths = list(dict.fromkeys(s.path for s in fused if s.path.endswith(".py") and not is_test_path(s.path)))
+        if waiting and paths:
+            request.files = {p: ctx.runtime.read_text(p) for p in paths[: cfg.agent.localize_files]}
+            for loc in waiting:
+                per_signal[loc.name] = list(loc.localize(request))
+            fused = reciprocal_rank_fusion({n: v for n, v in per_signal.items() if v})
         top = fused[: cfg.agent.show_suspects]
         snippets = {i: _snippet(ctx, s) for i, s in enumerate(top)}
         message = prompts.suspects_message(top, snippets, request.test_output)

@@ -62,9 +62,16 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"
 
 
-def default_localizers(runtime: Runtime) -> list[Localizer]:
-    """Retrieval from the issue text and from failing-test tracebacks; other signals are appended by callers."""
-    return [RetrievalLocalizer(runtime, "issue"), RetrievalLocalizer(runtime, "tests")]
+def default_localizers(runtime: Runtime, config: Config) -> list[Localizer]:
+    """Retrieval from the issue text and from failing-test tracebacks, plus the FLARE diagnostic model when its
+    checkpoint is installed (`agent.diagnostic`); callers may pass any other list."""
+    localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), RetrievalLocalizer(runtime, "tests")]
+    if config.agent.diagnostic:
+        from localization import diagnostic
+
+        if diagnostic.DEFAULT_CHECKPOINT.exists():
+            localizers.append(diagnostic.DiagnosticLocalizer())
+    return localizers
 
 
 def make_clients(llm: LLMConfig) -> tuple[LLMClient, LLMClient]:
@@ -95,7 +102,7 @@ def run_task(
         db_path.unlink(missing_ok=True)
     client, diverse = clients or make_clients(config.llm)
     ctx = AgentContext(runtime=runtime, llm=client, diverse_llm=diverse, config=config,
-                       localizers=localizers if localizers is not None else default_localizers(runtime))
+                       localizers=localizers if localizers is not None else default_localizers(runtime, config))
     writer = TrajectoryWriter(run_dir / "trajectory.json", {
         "task": task.to_dict(), "model": client.config.model, "thread_id": thread_id or task.instance_id,
         "config": {**config.to_dict(), "llm": client.config.to_public_dict()},

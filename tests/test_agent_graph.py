@@ -21,9 +21,10 @@ from agent.fake_llm_server import (
     tool_call,
 )
 from agent.llm import LLMClient
-from agent.runner import make_clients, run_task
+from agent.runner import default_localizers, make_clients, run_task
 from agent.state import Task
 from environments.local import LocalRuntime
+from localization.suspects import Suspect
 
 FIX = {"command": "str_replace", "path": "numeric/functions.py", "old_str": "return number % 1.0 + 1.0",
        "new_str": "return number % 1.0"}
@@ -36,13 +37,15 @@ def demo(tmp_path: Path):
     return build_demo_repo(tmp_path / "repo", "Python/2")
 
 
-def _run(demo, fake, tmp_path, *, oracle=True, **overrides):
+def _run(demo, fake, tmp_path, *, oracle=True, extra_localizers=(), **overrides):
     settings = {"llm.base_url": fake.base_url, "llm.model": "fake", "llm.retry_backoff_s": 0.01,
                 "llm.timeout_s": 5.0, "llm.max_retries": 1, "search.policy": "none", **overrides}
     config = load_config(**settings)
     task = demo.task if oracle else Task(demo.task.instance_id, demo.task.problem_statement)
     with LocalRuntime(demo.path) as runtime:
-        result = run_task(task, runtime, config, run_dir=tmp_path / "run", clients=make_clients(config.llm))
+        localizers = default_localizers(runtime, config) + list(extra_localizers)
+        result = run_task(task, runtime, config, run_dir=tmp_path / "run", clients=make_clients(config.llm),
+                          localizers=localizers)
         tree_diff = runtime.diff()
     return result, json.loads(result.trajectory.read_text()), tree_diff
 
@@ -234,3 +237,29 @@ def test_failed_search_returns_to_edit_and_a_later_failing_test_searches_again(d
     assert all(not c["ok"] for c in traj["candidates"]) and len(traj["candidates"]) >= 2
     assert not any(c["target"].startswith("tests/") for c in traj["candidates"])  # tests are never rewritten
     assert result.status == "budget:steps" and result.patch == ""  # no candidate beat the base program
+
+
+class CodeReadingSignal:
+    """A stand-in for a line-level signal such as the diagnostic model: it reads the files it is given."""
+
+    name = "code-reader"
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def localize(self, request):
+        self.seen = sorted(request.files)
+        return [Suspect(path, i, i, 1.0, self.name, "odd arithmetic")
+                for path, text in request.files.items()
+                for i, line in enumerate(text.splitlines(), 1) if "+ 1.0" in line]
+
+
+def test_a_new_signal_plugs_in_and_reads_the_files_other_signals_point_at(demo, tmp_path):
+    signal = CodeReadingSignal()
+    with FakeScriptedLLMServer([text("looking")]) as fake:
+        _, traj, _ = _run(demo, fake, tmp_path, oracle=False, extra_localizers=[signal], **{"budget.max_steps": 1})
+    assert signal.seen == [demo.buggy_path]  # only the non-test file retrieval ranked
+    signals = next(e for e in traj["events"] if e["kind"] == "localize")["signals"]
+    assert signals["code-reader"][0]["start_line"] == demo.buggy_lines[0]
+    top = traj["suspects"][0]
+    assert top["start_line"] == demo.buggy_lines[0] and "[code-reader #1] odd arithmetic" in top["evidence"]
