@@ -51,11 +51,18 @@ def _guard(handler):
     """Turn expected failures (bad config, bad input, endpoint down) into one clear line and exit code 2."""
 
     def run(args: argparse.Namespace) -> int:
+        from agent.embedded_model import EmbeddedModelError
+        from environments.images import BuildError
+        from environments.runtime import RuntimeFailure
+
         try:
             return handler(args)
         except (ConfigError, ValueError, FileNotFoundError) as exc:
             console.print(f"[red]pinpoint {args.command}:[/] {exc}")
             return 2
+        except (BuildError, RuntimeFailure, EmbeddedModelError) as exc:
+            console.print(f"[red]pinpoint {args.command}: {type(exc).__name__}:[/] {exc}")
+            return 1
 
     return run
 

@@ -111,6 +111,8 @@ def create_branch(repo: str, branch: str, commit: str, patch: str, message: str)
             applied = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=tree, input=patch.encode(),
                                      capture_output=True)
             if applied.returncode != 0:
+                subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
+                subprocess.run(["git", "-C", repo, "branch", "-D", branch], capture_output=True)
                 raise ValueError(f"the patch does not apply on {commit[:12]}: {applied.stderr.decode()[-500:]}")
             subprocess.run(git + ["add", "-A"], cwd=tree, check=True)
             subprocess.run(git + ["commit", "--quiet", "-m", message], cwd=tree, check=True)
