@@ -15,7 +15,7 @@ from typing import Any
 from swebench_eval.datasets import Instance
 from swebench_eval.evaluate import evaluate_patch
 from swebench_eval.images import build_instance_image, layer_bytes, plan_images
-from swebench_eval.scripts import TESTBED, VENV
+from swebench_eval.scripts import TESTBED
 from swebench_eval.sources import RepoSources
 from swebench_eval.specs import spec_for, test_command
 
@@ -26,6 +26,7 @@ def _ratio(value: float, baseline: float) -> str:
 
 def bench_harness(instance: Instance, sources: RepoSources | None = None) -> dict[str, Any]:
     import docker
+
     from environments.docker_runtime import DockerRuntime
 
     sources = sources or RepoSources()
@@ -46,7 +47,7 @@ def bench_harness(instance: Instance, sources: RepoSources | None = None) -> dic
     eval_s = time.monotonic() - start
     with DockerRuntime(plan.instance_tag, workdir=TESTBED, network=False) as runtime:
         start = time.monotonic()
-        runtime.run(f"source {VENV}/bin/activate && {test_command(instance, spec_for(instance))}", timeout=1800)
+        runtime.run(test_command(instance, spec_for(instance)), timeout=1800)
         bare_s = time.monotonic() - start
     return {
         "instance": instance.instance_id,

@@ -18,7 +18,7 @@ from typing import Any
 
 from environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
 from swebench_eval.datasets import Instance
-from swebench_eval.scripts import TESTBED, VENV, env_script, instance_script
+from swebench_eval.scripts import TESTBED, env_script, instance_script
 from swebench_eval.sources import RepoSources
 from swebench_eval.specs import env_inputs, spec_for
 
@@ -27,9 +27,8 @@ ENV_REPO = "pinpoint-swe-env"
 INSTANCE_REPO = "pinpoint-swe-instance"
 ENV_BUILD_TIMEOUT = 3600
 INSTANCE_BUILD_TIMEOUT = 1800
-#: the env layer's venv is the image's Python, for the eval script and for any command an agent runs
-ENV_CHANGES = [f"ENV VIRTUAL_ENV={VENV}",
-               f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+#: packages go into the base Python itself (see scripts.py); Debian marks it externally managed from bookworm on
+ENV_CHANGES = ["ENV PIP_BREAK_SYSTEM_PACKAGES=1"]
 
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]

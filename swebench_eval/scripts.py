@@ -1,7 +1,8 @@
 """The three bash scripts of an instance, mirroring the official harness's env / repo / eval scripts.
 
 Differences from the official ones, all forced by running without conda or a registry (and documented in
-docs/harness.md): a venv at /opt/venv replaces the conda env; conda package lists are installed with pip; the
+docs/harness.md): the base image's own Python replaces the conda env (not a venv: tox-current-env symlinks the
+interpreter, and a symlinked venv interpreter loses its venv); conda package lists are installed with pip; the
 eval step is offline, so it reinstalls without network or build isolation; setuptools_scm gets the instance version
 because the offline checkouts carry no tags.
 """
@@ -17,10 +18,12 @@ from swebench.harness.utils import record_test_exit_code
 from swebench_eval.datasets import Instance
 from swebench_eval.specs import EnvInputs, modified_test_files, test_command
 
-VENV = "/opt/venv"
 TESTBED = "/testbed"
 HEREDOC = "EOF_114329324912"
-PIP_VERSION = "24.2"
+PIP_VERSION = "26.0.1"  # the first pip with --uploaded-prior-to
+#: builds resolve unpinned packages as of SWE-bench Verified's release, when the official images were built
+#: (e.g. Pygments 2.19+ changed the HTML sphinx's P2P tests compare)
+PACKAGES_PRIOR_TO = "2024-08-01T00:00:00Z"
 
 #: pinned for every test run (also written into eval.sh, so a log can be reproduced by hand)
 EVAL_ENV = {
@@ -38,14 +41,16 @@ def _heredoc(path: str, body: str) -> str:
 
 
 def env_script(inputs: EnvInputs) -> str:
-    """Build the env layer: a venv with the spec's packages (official make_env_script_list_py, pip for conda)."""
+    """Build the env layer: the spec's packages in the base Python (official make_env_script_list_py, pip for
+    conda); `python` names that interpreter, as in a conda env."""
     lines = [
         "#!/bin/bash",
         "set -euxo pipefail",
-        f"python3 -m venv {VENV}",
-        f"source {VENV}/bin/activate",
+        "export PIP_BREAK_SYSTEM_PACKAGES=1  # Debian marks its Python externally managed from bookworm on",
+        "ln -sf \"$(command -v python3)\" /usr/local/bin/python",
         # conda envs come with wheel; the offline reinstall at eval time (no build isolation) needs it
         f"python -m pip install --upgrade pip=={PIP_VERSION} wheel",
+        f"export PIP_UPLOADED_PRIOR_TO={PACKAGES_PRIOR_TO}",
     ]
     pins = " ".join(shlex.quote(p) for p in inputs.pip_packages)
     if inputs.packages_kind == "requirements":
@@ -75,9 +80,9 @@ def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
     lines = [
         "#!/bin/bash",
         "set -euxo pipefail",
-        f"source {VENV}/bin/activate",
         f"cd {TESTBED}",
         _scm_version(instance),
+        f"export PIP_UPLOADED_PRIOR_TO={PACKAGES_PRIOR_TO}",
         *spec.get("pre_install", []),
     ]
     if "install" in spec:
@@ -98,14 +103,12 @@ def eval_script(instance: Instance, spec: dict[str, Any]) -> str:
     commands = [
         *(f"export {k}={shlex.quote(v)}" for k, v in EVAL_ENV.items()),
         _scm_version(instance),
-        f"source {VENV}/bin/activate",
         f"cd {TESTBED}",
         f"git config --global --add safe.directory {TESTBED}",
         f"cd {TESTBED}",
         "git status",
         "git show",
         f"git -c core.fileMode=false diff {instance.base_commit}",
-        f"source {VENV}/bin/activate",
     ]
     if "install" in spec:
         commands.append(spec["install"])
