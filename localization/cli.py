@@ -18,6 +18,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, default=None, help="stop after the epoch that passes N seconds")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cached-only", action="store_true",
+                   help="train on the programs whose confidences are already cached (no LLM scoring)")
     p.set_defaults(func=_train)
 
     p = subparsers.add_parser("eval-localization", help="top-1/3/10 line accuracy vs baselines on held-out bugs")
@@ -51,7 +53,9 @@ def _train(args) -> int:
     for split in ("train", "val"):
         bases, real = training_programs(split, cfg)
         _log(f"{split}: {len(bases)} correct programs to mutate, {len(real)} real bugs (scoring, cached)")
-        splits[split] = build_synthetic(bases, scorer, cfg, progress=_log) + build_examples(real, scorer, _log)
+        splits[split] = build_synthetic(bases, scorer, cfg, _log, args.cached_only) + build_examples(
+            real, scorer, _log, args.cached_only)
+        _log(f"{split}: {len(splits[split])} examples")
     lr = args.lr if args.lr is not None else (1e-4 if args.config == "paper" else 1e-3)
     tcfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
                        time_budget_s=args.time_budget, threads=args.threads)

@@ -47,7 +47,6 @@ class DataConfig:
     #: the validation split takes this fraction of each training count
     val_fraction: float = 0.25
     condefects_test: int = 120
-    pdb_multi: int = 1000
 
 
 def first_buggy_unit(units: Sequence[Unit], code: str, fixed: str | None, gold_lines: Iterable[int]) -> int:
@@ -96,8 +95,8 @@ def evaluation_programs(name: str, cfg: DataConfig = DataConfig()) -> list[Progr
     """A held-out set by name: `humanevalfix`, `pdb_multi` or `condefects` (its test split)."""
     if name == "humanevalfix":
         return data.humanevalfix()
-    if name == "pdb_multi":
-        return _sample(data.pdb_multi(), cfg.pdb_multi, cfg.seed)
+    if name == "pdb_multi":  # BigCodeBench bugs first, then LiveCodeBench shortest first (a --limit keeps both)
+        return sorted(data.pdb_multi(), key=lambda p: (p.group.startswith("livecodebench/"), len(p.code), p.id))
     if name == "condefects":
         return _sample(_short(list(data.iter_split(data.condefects(), "test")), cfg), cfg.condefects_test, cfg.seed)
     raise ValueError(f"unknown evaluation set {name!r}; choose humanevalfix, pdb_multi or condefects")
@@ -120,11 +119,13 @@ def training_programs(split: str, cfg: DataConfig = DataConfig()) -> tuple[list[
 
 
 def build_examples(
-    programs: Sequence[Program], scorer, progress: Callable[[str], None] | None = None
+    programs: Sequence[Program], scorer, progress: Callable[[str], None] | None = None, cached_only: bool = False
 ) -> list[Example]:
-    """Score (cached) and turn real programs into examples."""
+    """Score (cached) and turn real programs into examples; `cached_only` skips programs not scored yet."""
     out = []
     for i, program in enumerate(programs):
+        if cached_only and not scorer.is_cached(program.code):
+            continue
         out.append(example_from(program, scorer.score(program.code)))
         if progress and (i + 1) % 20 == 0:
             progress(f"{i + 1}/{len(programs)} programs")
@@ -132,12 +133,15 @@ def build_examples(
 
 
 def build_synthetic(
-    bases: Sequence[Program], scorer, cfg: DataConfig, progress: Callable[[str], None] | None = None
+    bases: Sequence[Program], scorer, cfg: DataConfig, progress: Callable[[str], None] | None = None,
+    cached_only: bool = False,
 ) -> list[Example]:
     """Mutate each base, score the mutants incrementally from the base, target the first unit of each bug."""
     out = []
     for i, base in enumerate(bases):
         muts = mutant_programs(base, cfg.mutants_per_base, seed=cfg.seed + i)
+        if cached_only:
+            muts = [m for m in muts if scorer.is_cached(scorer.mutant_key(base.code, m[0].code))]
         if not muts:
             continue
         token_lists = scorer.score_mutants(base.code, [p.code for p, _, _ in muts])

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from localization.confidence import TokenLogprob, unit_confidences
-from localization.features import featurize
+from localization.features import featurize, variants_of
 from localization.model import Checkpoint, line_scores
 from localization.scorer import LocalScorer
 from localization.suspects import LocalizationRequest, Suspect
@@ -54,20 +54,21 @@ class DiagnosticLocalizer:
         if not units:
             return []
         tokens = tokens if tokens is not None else self.scorer.score(code)
-        variant = self.checkpoint.config.confidence
-        confs = unit_confidences(units, tokens, code, variant)
-        feats = featurize(units, confs, self.checkpoint.vocab)
+        wanted = self.checkpoint.config.confidence
+        confs = {v: unit_confidences(units, tokens, code, v) for v in variants_of(wanted)}
+        feats = featurize(units, confs, self.checkpoint.vocab, wanted)
         with torch.no_grad():
             logits = self.model.score_units(feats)
         scores = line_scores(logits, feats["lines"])
         ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         out = []
         for line, score in ranked:
-            on_line = [(float(logits[i]), u, c) for i, (u, c) in enumerate(zip(units, confs, strict=True))
+            shown = variants_of(wanted)[0]
+            on_line = [(float(logits[i]), u, c) for i, (u, c) in enumerate(zip(units, confs[shown], strict=True))
                        if u.line == line]
             top = sorted(on_line, key=lambda t: -t[0])[:3]
             evidence = "most suspicious units: " + ", ".join(
-                f"`{u.text[:30]}` ({variant} log-prob {c:.2f})" if c is not None else f"`{u.text[:30]}` (no token)"
+                f"`{u.text[:30]}` ({shown} log-prob {c:.2f})" if c is not None else f"`{u.text[:30]}` (no token)"
                 for _, u, c in top
             )
             out.append(RankedLine(line, score, evidence))

@@ -50,7 +50,7 @@ def diagnostic_ranker(checkpoint: Checkpoint) -> Callable[[Example], dict[int, f
     model = checkpoint.model()
 
     def rank(ex: Example) -> dict[int, float]:
-        feats = featurize(ex.units, ex.confidences[checkpoint.config.confidence], checkpoint.vocab)
+        feats = featurize(ex.units, ex.confidences, checkpoint.vocab, checkpoint.config.confidence)
         with torch.no_grad():
             scores = line_scores(model.score_units(feats), feats["lines"])
         return {line: scores.get(line, float("-inf")) for line in candidate_lines(ex)}

@@ -7,11 +7,12 @@ strings and comments are one token per type (their contents are left to the conf
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from localization.confidence import VARIANTS
 from localization.units import UNIT_TYPES, Unit
 
 PAD, UNK = "<pad>", "<unk>"
@@ -50,12 +51,39 @@ def type_id(unit: Unit) -> int:
     return UNIT_TYPES.index(unit.type)
 
 
-def featurize(units: Sequence[Unit], confidences: Sequence[float | None], vocab: Vocabulary) -> dict[str, torch.Tensor]:
-    """Tensors for one program: token ids, type ids, confidence features (value, missing flag), unit lines."""
-    conf = torch.tensor(
-        [[max(c, CONF_FLOOR) / CONF_SCALE, 0.0] if c is not None else [0.0, 1.0] for c in confidences],
-        dtype=torch.float32,
-    ).reshape(-1, 2)
+def variants_of(confidence: str) -> tuple[str, ...]:
+    """The confidence variants a model reads: one of `confidence.VARIANTS`, or `all` of them."""
+    return VARIANTS if confidence == "all" else (confidence,)
+
+
+def conf_features(confidence: str) -> int:
+    """Per variant: the clipped, scaled value and the unit's rank in the program; plus one missing flag."""
+    return 2 * len(variants_of(confidence)) + 1
+
+
+def _ranks(values: Sequence[float | None]) -> list[float]:
+    """Each unit's rank among the program's units as a fraction (0 = least confident; missing = 1)."""
+    known = sorted((i for i, v in enumerate(values) if v is not None), key=lambda i: values[i])
+    rank = [1.0] * len(values)
+    for r, i in enumerate(known):
+        rank[i] = r / max(1, len(values) - 1)
+    return rank
+
+
+def featurize(
+    units: Sequence[Unit], confidences: Mapping[str, Sequence[float | None]], vocab: Vocabulary, confidence: str
+) -> dict[str, torch.Tensor]:
+    """Tensors for one program: token ids, type ids, confidence features (see `conf_features`), unit lines.
+
+    What is improbable *for this program* matters most, hence the rank beside the value.
+    """
+    columns = []
+    for variant in variants_of(confidence):
+        values = confidences[variant]
+        columns.append([max(v, CONF_FLOOR) / CONF_SCALE if v is not None else 0.0 for v in values])
+        columns.append(_ranks(values))
+    columns.append([1.0 if v is None else 0.0 for v in confidences[variants_of(confidence)[0]]])
+    conf = torch.tensor(columns, dtype=torch.float32).T.reshape(len(units), -1)
     return {
         "tokens": torch.tensor([vocab.encode(u) for u in units], dtype=torch.long),
         "types": torch.tensor([type_id(u) for u in units], dtype=torch.long),
@@ -70,7 +98,7 @@ def collate(items: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
     batch = {
         "tokens": torch.zeros(len(items), length, dtype=torch.long),
         "types": torch.zeros(len(items), length, dtype=torch.long),
-        "conf": torch.zeros(len(items), length, 2),
+        "conf": torch.zeros(len(items), length, items[0]["conf"].shape[1]),
         "lines": torch.zeros(len(items), length, dtype=torch.long),
         "mask": torch.zeros(len(items), length, dtype=torch.bool),
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from localization.features import Vocabulary
+from localization.features import Vocabulary, conf_features
 from localization.units import UNIT_TYPES
 
 
@@ -29,8 +29,8 @@ class ModelConfig:
     dropout: float = 0.1
     #: longest unit sequence one forward pass sees; longer programs are read in overlapping windows
     max_units: int = 768
-    #: which confidence (see `confidence.VARIANTS`) the model reads
-    confidence: str = "sum"
+    #: which confidence the model reads: one of `confidence.VARIANTS` (the paper's is `sum`) or `all`
+    confidence: str = "all"
 
     @property
     def width(self) -> int:
@@ -50,7 +50,7 @@ class DiagnosticModel(nn.Module):
         self.config = config
         self.token_emb = nn.Embedding(vocab_size, config.token_dim, padding_idx=0)
         self.type_emb = nn.Embedding(len(UNIT_TYPES), config.type_dim)
-        self.conf_proj = nn.Sequential(nn.Linear(2, config.conf_dim), nn.GELU(), nn.Linear(config.conf_dim, config.conf_dim))
+        self.conf_proj = nn.Sequential(nn.Linear(conf_features(config.confidence), config.conf_dim), nn.GELU(), nn.Linear(config.conf_dim, config.conf_dim))
         layer = nn.TransformerEncoderLayer(
             config.width, config.heads, config.ff_dim, config.dropout, batch_first=True, norm_first=True
         )

@@ -81,7 +81,7 @@ class LocalScorer:
         import torch
 
         base_tokens = self.score(base)
-        keys = [f"mutant{after}\0{base}\0{m}" for m in mutants]
+        keys = [self.mutant_key(base, m, after) for m in mutants]
         results: list[list[TokenLogprob] | None] = [self._cached(k) for k in keys]
         todo = [i for i, r in enumerate(results) if r is None]
         if not todo:
@@ -122,6 +122,11 @@ class LocalScorer:
 
     def is_cached(self, text: str) -> bool:
         return self._path(text).exists()
+
+    @staticmethod
+    def mutant_key(base: str, mutant: str, after: int = 24) -> str:
+        """The cache key of a mutant scored incrementally (kept apart from exact scores of the same text)."""
+        return f"mutant{after}\0{base}\0{mutant}"
 
     # -- model --------------------------------------------------------------------------------------------------
     def _load(self):

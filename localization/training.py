@@ -55,7 +55,7 @@ def evaluate_examples(model: DiagnosticModel, examples: Sequence[Example], vocab
     for ex in examples:
         if ex.target < 0:
             continue
-        feats = featurize(ex.units, ex.confidences[model.config.confidence], vocab)
+        feats = featurize(ex.units, ex.confidences, vocab, model.config.confidence)
         logits = model.score_units(feats)
         hits["exact_match"] += int(int(torch.argmax(logits)) == ex.target)
         ranked = sorted(line_scores(logits, feats["lines"]).items(), key=lambda kv: -kv[1])
@@ -80,8 +80,10 @@ def train(
     usable = [ex for ex in train_examples if ex.target >= 0]
     if not usable:
         raise ValueError("no training example has a buggy unit; nothing to learn from")
+    if not any(ex.target >= 0 for ex in val_examples):
+        raise ValueError("no validation example has a buggy unit; the best checkpoint could not be chosen")
     vocab = Vocabulary.build((ex.units for ex in usable), min_count=cfg.min_count)
-    items = [(featurize(ex.units, ex.confidences[model_config.confidence], vocab), ex.target) for ex in usable]
+    items = [(featurize(ex.units, ex.confidences, vocab, model_config.confidence), ex.target) for ex in usable]
     model = DiagnosticModel(model_config, len(vocab))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loss_fn = nn.CrossEntropyLoss()

@@ -10,12 +10,13 @@ from localization.model import PAPER, Checkpoint, DiagnosticModel, ModelConfig, 
 from localization.training import TrainConfig, evaluate_examples, train
 from localization.units import lexical_units
 
-TINY = ModelConfig(layers=1, heads=2, token_dim=16, type_dim=8, conf_dim=8, ff_dim=32, max_units=64)
+TINY = ModelConfig(layers=1, heads=2, token_dim=16, type_dim=8, conf_dim=8, ff_dim=32, max_units=64, confidence="all")
 
 
 def _feats(code: str, vocab: Vocabulary):
     units = lexical_units(code)
-    return featurize(units, [-1.0 if i % 3 else None for i in range(len(units))], vocab)
+    values = [-1.0 - i % 5 if i % 3 else None for i in range(len(units))]
+    return featurize(units, {"sum": values, "mean": values, "length": values}, vocab, "all")
 
 
 def test_forward_gives_one_logit_per_unit_and_masks_padding():
