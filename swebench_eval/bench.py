@@ -2,7 +2,7 @@
 
 - instance layer build (cold) vs a cached rebuild (same inputs: only hashing and a tag lookup);
 - bytes the instance layer adds vs the whole image an instance needs (what the official harness stores per
-  instance, since its instance images are self-contained);
+  instance, since its instance images are self-contained), for this instance and over every instance built;
 - eval wall time of the gold patch (fresh container, patch, reinstall, tests, grading) vs the bare test command in
   an already-running container.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from swebench_eval.datasets import Instance
 from swebench_eval.evaluate import evaluate_patch
-from swebench_eval.images import build_instance_image, layer_bytes, plan_images
+from swebench_eval.images import build_instance_image, instance_layer_sizes, layer_bytes, plan_images
 from swebench_eval.scripts import TESTBED
 from swebench_eval.sources import RepoSources
 from swebench_eval.specs import spec_for, test_command
@@ -41,6 +41,8 @@ def bench_harness(instance: Instance, sources: RepoSources | None = None) -> dic
 
     added = layer_bytes(plan.instance_tag, plan.env_tag)
     whole = client.images.get(plan.instance_tag).attrs["Size"]
+    all_layers = sorted(instance_layer_sizes().values())
+    all_full = sum(client.images.get(tag).attrs["Size"] for tag in instance_layer_sizes())
 
     start = time.monotonic()
     verdict = evaluate_patch(instance, instance.patch, image=plan.instance_tag)
@@ -59,6 +61,11 @@ def bench_harness(instance: Instance, sources: RepoSources | None = None) -> dic
         "instance_layer_mb": round(added / 1e6, 1),
         "full_image_mb": round(whole / 1e6, 1),
         "layer_vs_full_image": _ratio(added, whole),
+        "instances_built": len(all_layers),
+        "mean_instance_layer_mb": round(sum(all_layers) / len(all_layers) / 1e6, 1),
+        "median_instance_layer_mb": round(all_layers[len(all_layers) // 2] / 1e6, 1),
+        "mean_full_image_mb": round(all_full / len(all_layers) / 1e6, 1),
+        "all_layers_vs_full_images": _ratio(sum(all_layers), all_full),
         "eval_wall_s": round(eval_s, 1),
         "bare_test_command_s": round(bare_s, 1),
         "eval_vs_bare_tests": _ratio(eval_s, bare_s),

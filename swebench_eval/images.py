@@ -141,6 +141,18 @@ def layer_bytes(instance_tag: str, env_tag: str) -> int:
     return client.images.get(instance_tag).attrs["Size"] - client.images.get(env_tag).attrs["Size"]
 
 
+def instance_layer_sizes() -> dict[str, int]:
+    """Bytes each built instance layer adds on top of its env layer (its parent image), by instance tag."""
+    client = _client()
+    envs = {image.id: image for image in client.images.list(filters={"label": f"{LABEL}=env"})}
+    sizes = {}
+    for image in client.images.list(filters={"label": f"{LABEL}=instance"}):
+        parent = envs.get(image.attrs.get("Parent", ""))
+        if parent is not None and image.tags:
+            sizes[image.tags[0]] = image.attrs["Size"] - parent.attrs["Size"]
+    return sizes
+
+
 def prune_images(kinds: tuple[str, ...] = ("instance",), keep: set[str] | None = None) -> list[str]:
     """Remove this harness's images of the given kinds, except tags in `keep`; returns the removed tags."""
     client = _client()
