@@ -286,6 +286,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_retrieval(args: argparse.Namespace) -> int:
+    from agent.retrieval_bench import run_cli
+
+    return run_cli(args)
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     data = load_trajectory(args.trajectory)
     if args.json:
@@ -331,6 +337,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--bug", default="Python/2", help="HumanEvalFix task id (Python/2, Python/23, Python/45, ...)")
     _config_args(demo)
     demo.set_defaults(func=_guard(_cmd_demo))
+
+    from environments.cli import subcommand_group
+
+    bench = subcommand_group(subparsers, "bench", "benchmarks (figures beside a baseline from the same run)")
+    retrieval = bench.add_parser("retrieval", help="issue-text retrieval: file Acc@k and line Hit@k vs grep")
+    retrieval.add_argument("--dataset")
+    retrieval.add_argument("--repos", nargs="*", help="only these repositories (owner/name)")
+    retrieval.add_argument("--limit", type=int, help="at most this many rows")
+    retrieval.add_argument("--json", help="also write per-row results and totals to this file")
+    retrieval.add_argument("--quiet", action="store_true", help="only the table")
+    retrieval.set_defaults(func=_guard(_cmd_bench_retrieval))
 
     show = subparsers.add_parser("show", help="render a trajectory file")
     show.add_argument("trajectory")

@@ -27,7 +27,7 @@ from agent.patches import PatchError, apply_patch, edited_lines
 from agent.state import Task
 from agent.trajectory import TrajectoryWriter
 from environments.runtime import Runtime
-from localization.retrieval import RetrievalLocalizer
+from localization.retrieval import LexicalLocalizer, RetrievalLocalizer
 from localization.suspects import Localizer
 
 RECURSION_LIMIT = 100_000  # budgets end runs; LangGraph's own step cap must never be what stops one
@@ -63,9 +63,10 @@ def safe_name(text: str) -> str:
 
 
 def default_localizers(runtime: Runtime, config: Config) -> list[Localizer]:
-    """Retrieval from the issue text and from failing-test tracebacks, plus the FLARE diagnostic model when its
+    """Retrieval from the issue text, lexical file ranking, failing-test tracebacks, plus the FLARE diagnostic model when its
     checkpoint is installed (`agent.diagnostic`); callers may pass any other list."""
-    localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), RetrievalLocalizer(runtime, "tests")]
+    localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), LexicalLocalizer(runtime),
+                                   RetrievalLocalizer(runtime, "tests")]
     if config.agent.diagnostic:
         from localization import diagnostic
 

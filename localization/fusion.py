@@ -59,16 +59,19 @@ def fuse_localizers(
     return reciprocal_rank_fusion({n: s for n, s in ranked.items() if s}, k=k, weights=weights), ranked
 
 
-def top_lines(suspects: Sequence[Suspect], k: int) -> list[tuple[str, int, Suspect]]:
+def top_lines(suspects: Sequence[Suspect], k: int, max_span: int = 80) -> list[tuple[str, int, Suspect]]:
     """The k most suspicious distinct lines, walking the fused list: each span gives its lines in order, at most
     `max(1, k // 2)` of them, so one broad span (a function, a file) cannot crowd out the next suspects.
 
     FLARE refines one line at a time; line-level signals (tracebacks, the diagnostic model) rank their lines first.
+    Spans longer than `max_span` lines (whole files, big classes) rank other suspects but name no line.
     """
     out: list[tuple[str, int, Suspect]] = []
     taken: set[tuple[str, int]] = set()
     per_span = max(1, k // 2)
     for s in suspects:
+        if s.end_line - s.start_line >= max_span:
+            continue
         given = 0
         for line in range(s.start_line, s.end_line + 1):
             if len(out) >= k or given >= per_span:

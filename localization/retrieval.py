@@ -294,3 +294,42 @@ class RetrievalLocalizer:
             elsewhere = f" (one of {count[name]} definitions)" if count[name] > 1 else ""
             kind = "class" if re.match(r"\s*class\b", self._text(path).splitlines()[line - 1]) else "function"
             add(path, start, end, score, f"the text names `{name}`, {kind} defined at {path}:{line}{elsewhere}")
+
+
+class LexicalLocalizer:
+    """Files ranked by how many of their lines hold a word of the issue (`git grep -c -w`): a broad, file-level
+    signal that catches the files retrieval cannot name, and lends weight to retrieval's spans inside them."""
+
+    name = "lexical"
+
+    def __init__(self, repo: _Repo, max_files: int = 10, timeout: float = 300.0) -> None:
+        self.repo = repo
+        self.max_files = max_files
+        self.timeout = timeout
+
+    def ranked_files(self, text: str) -> list[tuple[str, int]]:
+        words = sorted({w for w in re.findall(r"[A-Za-z_]\w{3,}", text) if w.lower() not in _STOP})
+        if not words:
+            return []
+        patterns = " ".join(f"-e {shlex.quote(w)}" for w in words[:300])
+        out = self.repo.run(f"git grep -c -w -I -F {patterns} -- '*.py'", timeout=self.timeout).output
+        counts = []
+        for row in out.splitlines():
+            path, _, count = row.rpartition(":")
+            if count.isdigit() and not is_test_path(path):
+                counts.append((path, int(count)))
+        return sorted(counts, key=lambda c: (-c[1], c[0]))[: self.max_files]
+
+    def localize(self, request: LocalizationRequest) -> list[Suspect]:
+        ranked = self.ranked_files(request.problem_statement)
+        if not ranked:
+            return []
+        sizes = self.repo.run("wc -l " + " ".join(shlex.quote(p) for p, _ in ranked), timeout=self.timeout).output
+        lines = {}
+        for row in sizes.splitlines():
+            number, _, path = row.strip().partition(" ")
+            if number.isdigit():
+                lines[path] = max(1, int(number))
+        return [Suspect(path, 1, lines.get(path, 1), float(count), self.name,
+                        f"{count} lines of {path} hold words of the issue")
+                for path, count in ranked]
