@@ -30,15 +30,17 @@ def gold_locations(patch: str) -> dict[str, set[int]]:
     for patched in PatchSet(patch):
         lines = gold.setdefault(patched.path, set())
         for hunk in patched:
-            pending_insert = False
+            pending_insert = removed_in_block = False
             for line in hunk:
                 if line.is_removed:
                     lines.add(line.source_line_no)
+                    removed_in_block = True
                 elif line.is_added:
-                    pending_insert = True
-                elif pending_insert:
-                    lines.add(line.source_line_no)
-                    pending_insert = False
+                    pending_insert = pending_insert or not removed_in_block
+                else:  # context ends a change block
+                    if pending_insert:
+                        lines.add(line.source_line_no)
+                    pending_insert = removed_in_block = False
             if pending_insert:
                 lines.add(hunk.source_start + hunk.source_length)
     return gold

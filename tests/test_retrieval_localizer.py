@@ -104,3 +104,24 @@ def test_top_lines_walk_spans_without_letting_one_crowd_out_the_rest():
     suspects = [_s("a.py", 10, 40, "x"), _s("b.py", 3, 3, "x"), _s("a.py", 11, 11, "x")]
     lines = [(p, n) for p, n, _ in top_lines(suspects, 4)]
     assert lines == [("a.py", 10), ("a.py", 11), ("b.py", 3)]
+
+
+def test_lexical_signal_ranks_files_by_issue_words_and_skips_tests(local_requests):
+    from localization.retrieval import LexicalLocalizer
+
+    issue = "Proxy authentication fails: the proxy URL keeps its netloc but the auth part is dropped."
+    suspects = LexicalLocalizer(local_requests).localize(LocalizationRequest(problem_statement=issue))
+    assert suspects and all(s.signal == "lexical" for s in suspects)
+    assert not any(s.path.startswith("tests/") for s in suspects)
+    assert "requests/utils.py" in [s.path for s in suspects[:5]]
+    utils = next(s for s in suspects if s.path == "requests/utils.py")
+    assert utils.start_line == 1 and utils.end_line == len(local_requests.read_text("requests/utils.py").splitlines())
+    assert [s.score for s in suspects] == sorted((s.score for s in suspects), reverse=True)
+
+
+def test_gold_locations_cover_changed_lines_and_insertion_points():
+    from agent.retrieval_bench import gold_locations
+
+    patch = ("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,4 +1,5 @@\n a = 1\n-b = 2\n+b = 3\n c = 3\n"
+             "+d = 4\n e = 5\n")
+    assert gold_locations(patch) == {"m.py": {2, 4}}
