@@ -22,6 +22,7 @@ from environments.runtime import Runtime, RuntimeFailure
 from swebench_eval.datasets import Instance
 from swebench_eval.grading import grade_log, recorded_exit_code
 from swebench_eval.scripts import TESTBED, eval_script
+from swebench_eval.sources import RepoSources
 from swebench_eval.specs import spec_for
 
 #: the official harness's fallbacks, in its order (swebench.harness.run_evaluation.GIT_APPLY_CMDS)
@@ -101,7 +102,7 @@ def evaluate_patch(
     out_dir: Path | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     model_name: str = "pinpoint",
-    sources=None,
+    sources: RepoSources | None = None,
 ) -> InstanceReport:
     """Grade `patch` on `instance`. With `runtime` (e.g. the agent's container) it is reset and reused; otherwise a
     fresh container is started from the instance image (built first when `image` is not given).

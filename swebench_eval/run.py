@@ -26,6 +26,7 @@ from swebench_eval.evaluate import (
 )
 from swebench_eval.metrics import edit_metrics
 from swebench_eval.paths import RUNS_DIR
+from swebench_eval.sources import RepoSources
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def run_eval(
     timeout: float = 1800.0,
     runs_dir: Path | None = None,
     on_result: Callable[[InstanceReport, bool], None] | None = None,
-    sources=None,
+    sources: RepoSources | None = None,
 ) -> dict[str, Any]:
     """Evaluate every instance that has a prediction; returns the summary (also written to summary.json)."""
     root = Path(runs_dir or RUNS_DIR) / "eval" / run_id
