@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 FORMAT = "pinpoint-trajectory/1"
 STATE_KEYS = ("status", "detail", "final_patch", "patch", "steps", "prompt_tokens", "completion_tokens", "cost_usd",
@@ -72,6 +73,12 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more characters]"
 
 
+def _edited(counts: Any) -> str:
+    if isinstance(counts, dict):
+        return f"{counts.get('total', 0)} (+{counts.get('added', 0)} -{counts.get('removed', 0)})"
+    return "?" if counts is None else str(counts)
+
+
 def render(data: dict[str, Any], console: Console, full: bool = False) -> None:
     """Header, suspects, the step-by-step conversation, candidates, tests and the final patch."""
     limit = 100_000 if full else 1500
@@ -83,9 +90,9 @@ def render(data: dict[str, Any], console: Console, full: bool = False) -> None:
         ("steps", data.get("steps", 0)),
         ("tokens", f"{data.get('prompt_tokens', 0)} in / {data.get('completion_tokens', 0)} out"),
         ("cost", "unknown" if data.get("cost_usd") is None else f"${data['cost_usd']:.4f}"),
-        ("wall", f"{data.get('elapsed_s', 0.0):.1f}s"), ("edited lines", data.get("edited_lines", "?")),
+        ("wall", f"{data.get('elapsed_s') or 0.0:.1f}s"), ("edited lines", _edited(data.get("edited_lines"))),
     ):
-        header.add_row(f"[bold]{key}[/]", str(value))
+        header.add_row(Text(key, style="bold"), Text(str(value)))
     console.print(Panel(header, title="pinpoint trajectory"))
     suspects = data.get("suspects") or []
     if suspects:
@@ -94,7 +101,7 @@ def render(data: dict[str, Any], console: Console, full: bool = False) -> None:
             table.add_column(col, overflow="fold")
         for i, s in enumerate(suspects[:10]):
             span = f"{s['path']}:{s['start_line']}" + (f"-{s['end_line']}" if s["end_line"] != s["start_line"] else "")
-            table.add_row(str(i + 1), span, f"{s['score']:.3f}", _clip(s.get("evidence", ""), 300))
+            table.add_row(str(i + 1), Text(span), f"{s['score']:.3f}", Text(_clip(s.get("evidence", ""), 300)))
         console.print(table)
     for i, message in enumerate(data.get("messages") or []):
         role = message.get("role", "?")
@@ -105,18 +112,18 @@ def render(data: dict[str, Any], console: Console, full: bool = False) -> None:
             fn = call.get("function", {})
             body += f"\n→ {fn.get('name')}({_clip(fn.get('arguments', ''), 600)})"
         style = {"assistant": "cyan", "tool": "green", "user": "yellow"}.get(role, "white")
-        console.print(Panel(body or "(empty)", title=f"{i} {role}", title_align="left", border_style=style))
+        console.print(Panel(Text(body or "(empty)"), title=f"{i} {role}", title_align="left", border_style=style))
     candidates = data.get("candidates") or []
     if candidates:
         table = Table(title="search candidates")
         for col in ("id", "origin", "target", "passed", "failed", "ok", "lines"):
             table.add_column(col)
         for c in candidates:
-            table.add_row(c.get("id", ""), c.get("origin", ""), c.get("target", ""), str(c.get("passed")),
+            table.add_row(c.get("id", ""), c.get("origin", ""), Text(c.get("target", "")), str(c.get("passed")),
                           str(c.get("failed")), "yes" if c.get("ok") else "no", str(c.get("edited_lines")))
         console.print(table)
     for run in data.get("test_runs") or []:
-        console.print(f"[bold]test[/] `{run.get('command')}` → exit {run.get('exit_code')}, "
-                      f"passed {run.get('passed')}, failed {run.get('failed')}")
+        console.print(Text(f"test ({run.get('source')}) `{run.get('command')}` → exit {run.get('exit_code')}, "
+                           f"passed {run.get('passed')}, failed {run.get('failed')}"))
     patch = data.get("final_patch") or data.get("patch") or ""
     console.print(Panel(Syntax(patch, "diff") if patch.strip() else "(empty patch)", title="final patch"))

@@ -83,7 +83,7 @@ def test_show_rejects_non_trajectories_and_renders_real_ones(tmp_path):
             "messages": [{"role": "user", "content": "fix it"},
                          {"role": "assistant", "content": "", "tool_calls": [
                              {"id": "1", "function": {"name": "view", "arguments": '{"path": "a.py"}'}}]}],
-            "suspects": [{"path": "a.py", "start_line": 3, "end_line": 3, "score": 0.5, "evidence": "frame"}],
+            "suspects": [{"path": "a.py", "start_line": 3, "end_line": 3, "score": 0.5, "evidence": "[traceback #1] frame"}],
             "candidates": [{"id": "flare-1", "origin": "flare", "target": "a.py:3", "passed": 2, "failed": 0,
                             "ok": True, "edited_lines": 2}],
             "final_patch": "diff --git a/a.py b/a.py\n"}
@@ -92,5 +92,5 @@ def test_show_rejects_non_trajectories_and_renders_real_ones(tmp_path):
     out = io.StringIO()
     render(load_trajectory(good), Console(file=out, width=120))
     shown = out.getvalue()
-    for expected in ("t-1", "submitted", "a.py:3", "view(", "flare-1", "diff --git a/a.py"):
+    for expected in ("t-1", "submitted", "a.py:3", "[traceback #1] frame", "view(", "flare-1", "diff --git a/a.py"):
         assert expected in shown
