@@ -83,6 +83,9 @@ def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
         f"cd {TESTBED}",
         _scm_version(instance),
         f"export PIP_UPLOADED_PRIOR_TO={PACKAGES_PRIOR_TO}",
+        # a path entry, as `setup.py develop` made for the official images: astroid (pylint) and other tools that
+        # scan sys.path cannot see setuptools' import-hook editable installs
+        "export PIP_CONFIG_SETTINGS=editable_mode=compat",
         *spec.get("pre_install", []),
     ]
     if "install" in spec:
