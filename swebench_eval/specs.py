@@ -40,6 +40,9 @@ ENV_YML_PATHS = {
 #: conda names whose PyPI distribution is named differently (the rest are the same on both)
 CONDA_TO_PIP = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-core": "dask",
                 "pytorch": "torch", "python-graphviz": "graphviz"}
+#: conda packages whose PyPI wheel lacks the C library conda ships with them: installed, they break at import with
+#: an error other than ImportError (cfgrib: "ecCodes library not found"), which test collection does not skip
+NEEDS_CONDA_LIBRARY = {"cfgrib"}
 #: yanked packages the official harness swaps, without their version pin (clean_requirements)
 REPLACE_REQ_PACKAGES = [("types-pkg_resources", "types-setuptools")]
 
@@ -145,7 +148,7 @@ def _environment_yml_requirements(instance: Instance, sources: RepoSources) -> s
         items = dep.get("pip", []) if isinstance(dep, dict) else [dep]
         for item in items:
             name = re.split(r"[<>=!~ ]", str(item).strip(), maxsplit=1)[0]
-            if name and name not in ("python", "pip"):
+            if name and name not in ("python", "pip") and name not in NEEDS_CONDA_LIBRARY:
                 names.append(CONDA_TO_PIP.get(name, name))
     return "\n".join(sorted(set(names)))
 
