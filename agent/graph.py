@@ -208,7 +208,12 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         message = prompts.suspects_message(top, snippets, request.test_output)
         event = {"kind": "localize", "signals": {k: [s.to_dict() for s in v[:20]] for k, v in per_signal.items()}}
         route = "search" if failure is not None and search_allowed(state) else "edit"
-        return {"suspects": [s.to_dict() for s in fused[:50]], "route": route, "events": [event],
+        # search targets: spans some line- or function-level signal produced (not only whole-file rankings)
+        file_level = {n for n in per_signal if any(getattr(loc, "file_level", False) and loc.name == n
+                                                    for loc in ctx.localizers)}
+        own = {(s.path, s.start_line, s.end_line) for n, v in per_signal.items() if n not in file_level for s in v}
+        targets = [s.to_dict() for s in fused if (s.path, s.start_line, s.end_line) in own][:50]
+        return {"suspects": [s.to_dict() for s in fused[:50]], "targets": targets, "route": route, "events": [event],
                 "messages": [{"role": "user", "content": message}]}
 
     def edit(state: AgentState) -> dict:
@@ -290,7 +295,7 @@ def build_graph(ctx: AgentContext, checkpointer=None):
         command = test_command_of(state)
         failure = _last_failure(state)
         # candidates never rewrite tests: a weakened assertion would pass the very check that judges them
-        suspects = [Suspect(**s) for s in state.get("suspects") or [] if not is_test_path(s["path"])]
+        suspects = [Suspect(**s) for s in state.get("targets") or [] if not is_test_path(s["path"])]
         patch = ctx.runtime.diff()
         start = Node(patch, failure or outcome_from_output(command, 1, "", False))
         policies = cfg.search.policy.split("+")
@@ -434,5 +439,5 @@ def patch_sha(patch: str) -> str:
 def initial_state(task: Task) -> AgentState:
     return {"task": task.to_dict(), "messages": [], "events": [], "test_runs": [], "candidates": [], "steps": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "elapsed_s": 0.0, "searches": 0,
-            "reviewed": False, "status": "running", "pending_calls": [], "suspects": [], "patch": "",
+            "reviewed": False, "status": "running", "pending_calls": [], "suspects": [], "targets": [], "patch": "",
             "detail": "", "final_patch": ""}

@@ -38,6 +38,8 @@ class AgentState(TypedDict, total=False):
     events: Annotated[list[dict], operator.add]
     #: fused suspects, best first (Suspect.to_dict())
     suspects: list[dict]
+    #: the fused suspects a line- or function-level signal produced: what search may rewrite
+    targets: list[dict]
     #: tool calls from the last model turn that the test/submit nodes still have to answer
     pending_calls: list[dict]
     test_runs: Annotated[list[dict], operator.add]

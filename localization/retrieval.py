@@ -301,6 +301,8 @@ class LexicalLocalizer:
     signal that catches the files retrieval cannot name, and lends weight to retrieval's spans inside them."""
 
     name = "lexical"
+    #: ranks whole files: its spans order other suspects but name no line to rewrite
+    file_level = True
 
     def __init__(self, repo: _Repo, max_files: int = 10, timeout: float = 300.0) -> None:
         self.repo = repo
