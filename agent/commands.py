@@ -345,6 +345,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     retrieval.add_argument("--dataset")
     retrieval.add_argument("--repos", nargs="*", help="only these repositories (owner/name)")
     retrieval.add_argument("--limit", type=int, help="at most this many rows")
+    retrieval.add_argument("--every", type=int, help="take every N-th row (a sample across repositories)")
     retrieval.add_argument("--json", help="also write per-row results and totals to this file")
     retrieval.add_argument("--quiet", action="store_true", help="only the table")
     retrieval.set_defaults(func=_guard(_cmd_bench_retrieval))

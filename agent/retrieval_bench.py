@@ -111,6 +111,8 @@ def run_cli(args) -> int:
     repos_dir = SHARED / "data" / "repos"
     available = {p.name.removesuffix(".git.tar") for p in repos_dir.glob("*.git.tar")}
     instances = [i for i in load_instances(args.dataset, repos=args.repos or None) if i.owner_name in available]
+    if args.every and args.every > 1:  # a deterministic sample across repositories
+        instances = instances[:: args.every]
     instances = instances[: args.limit or None]
     if not instances:
         raise ValueError(f"no SWE-bench rows with an offline repository in {repos_dir}")
