@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import keyword
 import math
 import re
@@ -48,6 +49,10 @@ _STOP = {
 }
 
 
+#: a name defined in more places than this says nothing about where the fault is
+MAX_DEFINITIONS = 25
+
+
 @dataclass(frozen=True)
 class Mention:
     """A name found in the text and how strongly the text points at it."""
@@ -83,12 +88,18 @@ def _resolve_path(raw: str, files: list[str], by_name: dict[str, list[str]]) -> 
     return best
 
 
+@functools.lru_cache(maxsize=32)
+def _parse(source: str) -> ast.Module | None:
+    """Parsed once per file text: a popular name has hundreds of definitions in big files (sympy)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def definition_span(source: str, line: int) -> tuple[int, int]:
     """The (start, end) lines of the def/class starting at `line`; ast first, indentation when the file won't parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        tree = None
+    tree = _parse(source)
     if tree is not None:
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.lineno == line:
@@ -113,9 +124,8 @@ def body_span(source: str, line: int) -> tuple[int, int]:
     """The statements of the function defined at `line`, without its signature and docstring (where faults live);
     the whole definition for classes, one-line bodies and files that will not parse."""
     start, end = definition_span(source, line)
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _parse(source)
+    if tree is None:
         return start, end
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.lineno == line:
@@ -129,9 +139,8 @@ def body_span(source: str, line: int) -> tuple[int, int]:
 
 def enclosing_definition(source: str, line: int) -> tuple[int, int, str] | None:
     """The innermost function or class that contains `line`, as (start, end, name)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _parse(source)
+    if tree is None:
         return None
     best = None
     for node in ast.walk(tree):
@@ -286,6 +295,8 @@ class RetrievalLocalizer:
         hits = self._grep_definitions(names)
         count = Counter(name for _, _, name in hits)
         for path, line, name in hits:
+            if count[name] > MAX_DEFINITIONS:  # too common a name to point anywhere
+                continue
             start, end = body_span(self._text(path), line)
             specificity = 1.0 / count[name]
             score = 1.5 * specificity * (1 + math.log1p(mentions[name])) / 2
