@@ -131,7 +131,9 @@ def evaluate_patch(
                 verdict.build_seconds = record.env_seconds + record.instance_seconds
             from environments.docker_runtime import DockerRuntime
 
-            runtime = DockerRuntime(image, workdir=TESTBED, network=False)
+            # the spec's CPU quota where it sets one (pylint's multiprocessing tests skip on one core)
+            cpus = spec_for(instance).get("nano_cpus", 1_000_000_000) / 1e9
+            runtime = DockerRuntime(image, workdir=TESTBED, network=False, cpus=cpus)
         else:
             runtime.reset()
         return _run_in(runtime, instance, patch, verdict, out_dir, timeout, model_name)
