@@ -110,9 +110,11 @@ class LocalScorer:
                 if cache.get_seq_length() > d:
                     cache.crop(d - cache.get_seq_length())  # a negative count removes that many positions
                 full = [sep, *ids]
-                logits = model(input_ids=torch.tensor([full[d:w]]), past_key_values=cache, use_cache=True).logits
-                lp = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(full[d + 1 : w + 1])[:, None])
-                values = [t.logprob for t in base_tokens[:d]] + lp[:, 0].tolist()
+                values = [t.logprob for t in base_tokens[:d]]
+                if w > d:  # else the mutant is a prefix of the base (a deletion at the very end): nothing new
+                    logits = model(input_ids=torch.tensor([full[d:w]]), past_key_values=cache, use_cache=True).logits
+                    lp = torch.log_softmax(logits[0].float(), -1).gather(1, torch.tensor(full[d + 1 : w + 1])[:, None])
+                    values += lp[:, 0].tolist()
                 shift = len(base_ids) - len(ids)
                 values += [base_tokens[k + shift].logprob for k in range(w, len(ids))]
                 toks = [TokenLogprob(int(a), int(b), float(v)) for (a, b), v in zip(offsets, values, strict=True)]

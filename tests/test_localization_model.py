@@ -79,3 +79,13 @@ def test_tiny_training_run_beats_its_start_on_real_mutants():
     start, best = ckpt.training["history"][0], ckpt.metrics["val"]
     assert best["exact_match"] > start["exact_match"] + 0.2
     assert evaluate_examples(ckpt.model(), val_set, ckpt.vocab)["top1"] >= best["exact_match"]
+
+
+def test_confidence_features_carry_value_rank_and_missing_flag():
+    units = lexical_units("x = 1\n")
+    confs = {"sum": [-1.0, None, -3.0], "mean": [-1.0, None, -1.5], "length": [-1.0, None, -3.0]}
+    vocab = Vocabulary.build([units], min_count=1)
+    one = featurize(units, confs, vocab, "sum")["conf"]
+    # value/5, rank among the units (0 = least confident), missing flag
+    assert torch.allclose(one, torch.tensor([[-0.2, 0.5, 0.0], [0.0, 1.0, 1.0], [-0.6, 0.0, 0.0]]))
+    assert featurize(units, confs, vocab, "all")["conf"].shape == (3, 7)

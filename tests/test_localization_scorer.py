@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def scorer(tmp_path_factory):
-    return LocalScorer(cache_dir=tmp_path_factory.mktemp("confidence"))
+    return LocalScorer(cache_dir=tmp_path_factory.mktemp("cache") / "confidence")
 
 
 def test_scorer_gives_finite_logprobs_that_tile_real_code(scorer):
@@ -68,6 +68,7 @@ def test_localizer_ranks_lines_of_real_buggy_code(scorer):
 
 
 def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeypatch, capsys):
+    scorer.score_many([p.code for p in humanevalfix()[:4]])  # so the command finds them cached, no second load
     monkeypatch.setenv("PINPOINT_CACHE", str(scorer.cache_dir.parent))
     out = tmp_path / "eval.json"
     assert pinpoint(["eval-localization", "--sets", "humanevalfix", "--limit", "4", "--json", str(out)]) == 0
