@@ -324,8 +324,9 @@ class LexicalLocalizer:
         words = sorted({w for w in re.findall(r"[A-Za-z_]\w{3,}", text) if w.lower() not in _STOP})
         if not words:
             return []
-        patterns = " ".join(f"-e {shlex.quote(w)}" for w in words[:300])
-        out = self.repo.run(f"git grep -c -w -I -F {patterns} -- '*.py'", timeout=self.timeout).output
+        # one alternation (-E) is an order of magnitude faster than many -F patterns with -w (sympy: 1 s vs 100 s)
+        pattern = shlex.quote("(" + "|".join(words[:300]) + ")")
+        out = self.repo.run(f"git grep -c -w -I -E {pattern} -- '*.py'", timeout=self.timeout).output
         counts = []
         for row in out.splitlines():
             path, _, count = row.rpartition(":")
