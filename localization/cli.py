@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("train-diagnostic", help="train the FLARE diagnostic model (CPU; scores are cached)")
     p.add_argument("--config", choices=["small", "paper"], default="small")
+    p.add_argument("--confidence", choices=["sum", "mean", "length", "all"], default=None,
+                   help="confidence variant(s) the model reads (default: the config's, `all`)")
     p.add_argument("--out", type=Path, default=None, help="checkpoint path (default: the shipped default's path)")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--lr", type=float, default=None, help="default 1e-4 (paper) / 1e-3 (small)")
@@ -59,8 +62,12 @@ def _train(args) -> int:
     lr = args.lr if args.lr is not None else (1e-4 if args.config == "paper" else 1e-3)
     tcfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
                        time_budget_s=args.time_budget, threads=args.threads)
-    checkpoint = train(splits["train"], splits["val"], CONFIGS[args.config], tcfg, log=_log)
+    model_config = CONFIGS[args.config]
+    if args.confidence:
+        model_config = replace(model_config, confidence=args.confidence)
+    checkpoint = train(splits["train"], splits["val"], model_config, tcfg, log=_log)
     checkpoint.training["data_config"] = cfg.__dict__
+    checkpoint.training["cached_only"] = args.cached_only
     out = args.out or DEFAULT_CHECKPOINT.with_name(f"diagnostic-{args.config}.pt")
     checkpoint.save(out)
     print(json.dumps({"checkpoint": str(out), "best_epoch": checkpoint.metrics["epoch"], "val": checkpoint.metrics["val"]}))
