@@ -1,8 +1,9 @@
 """Fuse ranked suspect lists from several signals with reciprocal-rank fusion (Cormack et al., 2009).
 
 Signals score on incomparable scales (a traceback heuristic, a transformer's softmax, an Ochiai coefficient), so only
-ranks are fused. Spans from different signals support each other when they overlap: a traceback line inside a
-function the issue names ranks above either alone, and a whole-file suspect lifts every line suspect in that file.
+ranks are fused. A span inherits support from the spans of other signals that contain it: a traceback line inside a
+function the issue names ranks above either alone, and a whole-file suspect lifts every line suspect in that file;
+a broad span gains nothing from narrow suspects inside it, so whole files never outrank the lines they hold.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ from collections.abc import Iterable, Sequence
 from localization.suspects import LocalizationRequest, Localizer, Suspect
 
 
-def _overlaps(a: Suspect, b: Suspect) -> bool:
-    return a.path == b.path and a.start_line <= b.end_line and b.start_line <= a.end_line
+def _within(inner: Suspect, outer: Suspect) -> bool:
+    return inner.path == outer.path and outer.start_line <= inner.start_line and inner.end_line <= outer.end_line
 
 
 def reciprocal_rank_fusion(
     ranked: dict[str, Sequence[Suspect]], k: float = 60.0, weights: dict[str, float] | None = None
 ) -> list[Suspect]:
-    """One list, best first: each distinct span scores sum_signal w / (k + rank of that signal's best overlapping span).
+    """One list, best first: each distinct span scores sum_signal w / (k + rank of that signal's best span containing it).
 
-    A span's own signal counts at its own rank; other signals count at the rank of their best suspect that overlaps
+    A span's own signal counts at its own rank; other signals count at the rank of their best suspect that contains
     it. Ties go to the narrower span (more precise), then path and line for a stable order.
     """
     weights = weights or {}
@@ -35,7 +36,7 @@ def reciprocal_rank_fusion(
         score = 0.0
         evidence = []
         for signal, suspects in ranked.items():
-            rank = next((i for i, s in enumerate(suspects) if _overlaps(probe, s)), None)
+            rank = next((i for i, s in enumerate(suspects) if _within(probe, s)), None)
             if rank is None:
                 continue
             score += weights.get(signal, 1.0) / (k + rank + 1)
@@ -43,7 +44,8 @@ def reciprocal_rank_fusion(
             if own:
                 evidence.append(f"[{signal} #{rank + 1}] {own[0].evidence}")
             else:
-                evidence.append(f"[{signal} #{rank + 1}] overlaps {suspects[rank].path}:{suspects[rank].start_line}")
+                evidence.append(f"[{signal} #{rank + 1}] inside {suspects[rank].path}:{suspects[rank].start_line}"
+                                f"-{suspects[rank].end_line}")
         fused.append(Suspect(path, start, end, score, "fusion", " | ".join(evidence)))
     fused.sort(key=lambda s: (-s.score, s.end_line - s.start_line, s.path, s.start_line))
     return fused

@@ -79,7 +79,7 @@ def test_rrf_rewards_agreement_between_signals_and_overlap():
     scores = {(s.path, s.start_line, s.end_line): s.score for s in fused}
     # retrieval alone puts b.py first; the traceback line inside retrieval's a.py span lifts a.py above it
     assert scores[("a.py", 15, 15)] > scores[("b.py", 1, 5)] > scores[("c.py", 2, 2)]
-    assert scores[("a.py", 15, 15)] == scores[("a.py", 10, 20)]
+    assert scores[("a.py", 10, 20)] < scores[("a.py", 15, 15)]  # a broad span gains nothing from lines inside it
     # ties go to the narrower span
     assert (fused[0].path, fused[0].start_line, fused[0].end_line) == ("a.py", 15, 15)
     assert "[traceback #1]" in fused[0].evidence and "[retrieval #2]" in fused[0].evidence
