@@ -63,8 +63,9 @@ class AgentSection:
     show_suspects: int = 8
     #: files (top-ranked by the other signals) whose source is given to code-reading signals
     localize_files: int = 3
-    #: add the FLARE diagnostic model as a localization signal when its checkpoint is installed
-    diagnostic: bool = True
+    #: add the FLARE diagnostic model as a localization signal (off by default: it scores code with a local copy of
+    #: SmolLM2 on the CPU, minutes per large file on 2 cores, which would sit inside every episode)
+    diagnostic: bool = False
     #: tool observations longer than this are truncated (the tools also truncate)
     max_observation_chars: int = 12_000
 
