@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class LocalizationRequest:
     failing_tests: list[str] = field(default_factory=list)
 
 
+@runtime_checkable
 class Localizer(Protocol):
     """A localization signal: ranked suspects, best first."""
 
