@@ -174,14 +174,19 @@ def flare_refine(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects
             child = runner.evaluate(node, path, line, line, revision, round=round_no)
             if child is not None:
                 children.append(child)
-        best = _best(children)
-        if best is None or best.outcome.key() <= node.outcome.key():
-            break
-        node = best
-        if node.outcome.ok:
+        node, improving = _step(node, children)
+        if not improving:
             break
     return SearchResult(node, node is not start, runner.records)
 
+
+def _step(node: Node, children: list[Node]) -> tuple[Node, bool]:
+    """One best-first step shared by FLARE and BESTER: move to the best child only if it beats `node`, and keep
+    searching only while the new node still fails."""
+    best = _best(children)
+    if best is None or best.outcome.key() <= node.outcome.key():
+        return node, False
+    return best, not best.outcome.ok
 
 def bester_search(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], *,
                   test_command: str, timeout: float, reflections: int, depth: int, context: int) -> SearchResult:
@@ -209,10 +214,7 @@ def bester_search(ask: Ask, runtime: Runtime, problem: str, start: Node, suspect
             child = runner.evaluate(node, path, lo, hi, extract_code(reply), depth=level, reflection=reflection)
             if child is not None:
                 children.append(child)
-        best = _best(children)
-        if best is None or best.outcome.key() <= node.outcome.key():
-            break
-        node = best
-        if node.outcome.ok:
+        node, improving = _step(node, children)
+        if not improving:
             break
     return SearchResult(node, node is not start, runner.records)
