@@ -25,11 +25,13 @@ import posixpath
 import shutil
 import socket
 import struct
+import subprocess
 import tarfile
 import tempfile
 import threading
 import time
 import uuid
+import warnings
 import weakref
 from io import BytesIO
 from pathlib import Path
@@ -70,6 +72,36 @@ kill -KILL -- "-$(cat "$1")" 2>/dev/null; rm -f "$1"
 _GRACE_S = 15.0
 
 
+#: address ranges the internet does not route: a connect to them hangs until its timeout there
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+def route_private_addresses_nowhere(container) -> str | None:
+    """Make a network-less container's connects to private addresses hang, as they do on the internet.
+
+    Without a network a connect fails at once (no route), which fails tests that expect a timeout from an
+    unroutable address (requests' connect-timeout tests use 10.255.255.1). Routing the private ranges into the
+    loopback device drops the packets silently; the name servers stay unreachable so lookups still fail at once.
+    Done from the host with nsenter, so the container needs no privileges. Returns what went wrong, or None.
+    """
+    container.reload()
+    pid = container.attrs["State"]["Pid"]
+    routes = [["ip", "route", "add", cidr, "dev", "lo"] for cidr in PRIVATE_RANGES]
+    with contextlib.suppress(OSError, KeyError):
+        for line in Path(container.attrs["ResolvConfPath"]).read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == "nameserver" and ":" not in fields[1]:
+                routes.append(["ip", "route", "add", "unreachable", f"{fields[1]}/32"])
+    for route in routes:
+        try:
+            done = subprocess.run(["nsenter", "-t", str(pid), "-n", *route], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{' '.join(route)}: {exc}"
+        if done.returncode != 0:
+            return f"{' '.join(route)}: {done.stderr.strip()}"
+    return None
+
+
 class _ChannelLost(Exception):
     """The command channel failed; the caller decides whether the container is dead."""
 
@@ -83,6 +115,7 @@ class DockerRuntime(GitWorktreeRuntime):
         workdir: str = "/testbed",
         *,
         network: bool = False,
+        private_addresses_hang: bool = False,
         mem_limit: str = "4g",
         cpus: float = 1.0,
         pids_limit: int = 1024,
@@ -111,6 +144,7 @@ class DockerRuntime(GitWorktreeRuntime):
             working_dir=workdir,
             volumes={self._ctl_dir: {"bind": _CTL_IN_CONTAINER, "mode": "rw"}},
         )
+        self._private_addresses_hang = private_addresses_hang and not network
         self._closed = False
         self.container = None
         # what close() releases, also when the runtime is garbage-collected or the interpreter exits without close()
@@ -143,6 +177,11 @@ class DockerRuntime(GitWorktreeRuntime):
             self._owned.container = self.container
         except docker.errors.ImageNotFound as exc:
             raise RuntimeFailure(f"image {self.image!r} does not exist; build it first") from exc
+        if self._private_addresses_hang:
+            problem = route_private_addresses_nowhere(self.container)
+            if problem:
+                warnings.warn(f"connections to private addresses will fail at once, not hang: {problem}",
+                              stacklevel=2)
         self.channel = "server" if self._want_server and self._wait_for_server() else "exec"
         try:
             self._snapshot()

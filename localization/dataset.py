@@ -7,6 +7,7 @@ local scorer (cached). Synthetic bugs are scored incrementally from their correc
 from __future__ import annotations
 
 import difflib
+import hashlib
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,12 +39,13 @@ class DataConfig:
     """Which programs go into training, sized for CPU scoring; every choice is deterministic under `seed`."""
 
     seed: int = 0
-    mutants_per_base: int = 5
+    mutants_per_base: int = 6
     max_chars: int = 2400
-    bigcodebench_bases: int = 120
-    livecodebench_bases: int = 80
-    debugbench: int = 120
-    condefects_train: int = 80
+    #: counts per pool (a count above the pool's size takes all of it); ~90 min of scoring on one idle core
+    bigcodebench_bases: int = 1000
+    livecodebench_bases: int = 1000
+    debugbench: int = 400
+    condefects_train: int = 400
     #: the validation split takes this fraction of each training count
     val_fraction: float = 0.25
     condefects_test: int = 120
@@ -136,10 +138,14 @@ def build_synthetic(
     bases: Sequence[Program], scorer, cfg: DataConfig, progress: Callable[[str], None] | None = None,
     cached_only: bool = False,
 ) -> list[Example]:
-    """Mutate each base, score the mutants incrementally from the base, target the first unit of each bug."""
+    """Mutate each base, score the mutants incrementally from the base, target the first unit of each bug.
+
+    Each base's mutants are seeded from its id, so they (and their cached scores) do not depend on which other bases
+    are in the list."""
     out = []
     for i, base in enumerate(bases):
-        muts = mutant_programs(base, cfg.mutants_per_base, seed=cfg.seed + i)
+        seed = int(hashlib.sha256(f"{cfg.seed}\0{base.id}".encode()).hexdigest()[:8], 16)
+        muts = mutant_programs(base, cfg.mutants_per_base, seed=seed)
         if cached_only:
             muts = [m for m in muts if scorer.is_cached(scorer.mutant_key(base.code, m[0].code))]
         if not muts:

@@ -53,6 +53,31 @@ def test_container_is_limited_labelled_and_offline(rt, requests_commit):
     assert "out" in result.output and "err" in result.output and "/testbed/requests/__init__.py" in result.output
 
 
+CONNECT = """python3 -c "
+import socket
+for host in ('10.255.255.1', '8.8.8.8'):
+    try:
+        socket.create_connection((host, 80), timeout=1)
+    except OSError as exc:
+        print(host, 'timeout' if isinstance(exc, socket.timeout) else type(exc).__name__)
+try:
+    socket.getaddrinfo('httpbin.org', 80)
+except OSError as exc:
+    print('lookup', type(exc).__name__)
+" """
+
+
+def test_offline_container_can_make_private_addresses_time_out_like_the_internet(requests_image):
+    """requests' connect-timeout tests expect 10.255.255.1 to hang; offline it must not fail at once instead."""
+    with DockerRuntime(requests_image) as plain:
+        assert "10.255.255.1 OSError" in plain.run(CONNECT).output  # no route: fails at once
+    with DockerRuntime(requests_image, private_addresses_hang=True) as firewalled:
+        out = firewalled.run(CONNECT).output
+        assert "10.255.255.1 timeout" in out  # the connect hung until its timeout
+        assert "8.8.8.8 OSError" in out and "lookup gaierror" in out  # still offline, lookups fail
+        assert firewalled.run("ls /sys/class/net").output.split() == ["lo"]
+
+
 def test_timeout_returns_partial_output_and_kills_forked_children(rt):
     result = rt.run("echo before; sleep 300 & echo $! > /tmp/c.pid; (sleep 300; echo x) & echo $! >> /tmp/c.pid;"
                     " sleep 300", timeout=2)
