@@ -78,6 +78,11 @@ def _print_result(result: RunResult) -> None:
     console.print(table)
 
 
+def trajectory_dir(out: Path, instance_id: str) -> Path:
+    """Where one run keeps its trajectory and checkpoint: `<output>/trajectories/<instance>/`."""
+    return out / "trajectories" / safe_name(instance_id)
+
+
 # -- SWE-bench: run and batch ----------------------------------------------------------------------------------------
 def _solve_instance(instance, config: Config, out: Path, evaluate: bool, sources=None) -> dict:
     """Build the instance image, run the agent in a container, and (optionally) grade the patch."""
@@ -87,7 +92,7 @@ def _solve_instance(instance, config: Config, out: Path, evaluate: bool, sources
 
     record = build_instance_image(instance, sources)
     task = Task(instance.instance_id, instance.problem_statement, repo=instance.repo)
-    run_dir = out / "runs" / safe_name(instance.instance_id)
+    run_dir = trajectory_dir(out, instance.instance_id)
     with DockerRuntime(record.tag, workdir="/testbed", network=False) as runtime:
         result = run_task(task, runtime, config, run_dir=run_dir, meta={"image": record.tag})
     row = {"status": result.status, "edited_lines": result.edited_lines["total"]}
@@ -148,7 +153,7 @@ def _solve_local(row: dict, config: Config, out: Path) -> dict:
     task = Task(row["instance_id"], row["problem_statement"], repo=row.get("repo", ""),
                 test_command=row.get("test_command"))
     with LocalRuntime(row["repo_path"], row.get("base_commit")) as runtime:
-        result = run_task(task, runtime, config, run_dir=out / "runs" / safe_name(task.instance_id))
+        result = run_task(task, runtime, config, run_dir=trajectory_dir(out, task.instance_id))
     return {"result": result, "status": result.status, "edited_lines": result.edited_lines["total"]}
 
 
@@ -228,7 +233,7 @@ def _cmd_fix(args: argparse.Namespace) -> int:
             image = build_fix_image(source, commit, args.python, network=not args.offline)
             runtime = DockerRuntime(image, workdir="/testbed", network=False)
         with runtime:
-            result = run_task(task, runtime, config, run_dir=out / "runs" / task.instance_id,
+            result = run_task(task, runtime, config, run_dir=trajectory_dir(out, task.instance_id),
                               meta={"repo": args.repo, "commit": commit})
     patch_path = out / f"{task.instance_id}.patch"
     patch_path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +271,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                       f"{config.llm.base_url or 'embedded SmolLM2-135M-Instruct (offline; too small to be expected to fix it)'}")
         console.print(f"[bold]issue[/]\n{demo.task.problem_statement}\n")
         with LocalRuntime(demo.path) as runtime:
-            result = run_task(demo.task, runtime, config, run_dir=out / "runs" / demo.task.instance_id, fresh=True)
+            result = run_task(demo.task, runtime, config, run_dir=trajectory_dir(out, demo.task.instance_id), fresh=True)
             apply_patch(runtime, result.patch)
             runtime.run("git checkout -- tests", timeout=60)  # the verdict uses the original tests, whatever the run did
             verdict = run_test_command(runtime, demo.task.test_command, config.agent.test_timeout_s)

@@ -105,10 +105,10 @@ def format_table(result: dict) -> str:
 
 
 def run_cli(args) -> int:
-    from environments.repo_image import SHARED
     from swebench_eval.datasets import load_instances
+    from swebench_eval.paths import SHARED_DATA
 
-    repos_dir = SHARED / "data" / "repos"
+    repos_dir = SHARED_DATA / "repos"
     available = {p.name.removesuffix(".git.tar") for p in repos_dir.glob("*.git.tar")}
     instances = [i for i in load_instances(args.dataset, repos=args.repos or None) if i.owner_name in available]
     if args.every and args.every > 1:  # a deterministic sample across repositories

@@ -15,8 +15,8 @@ from pathlib import Path
 from environments.images import cache_dir, commit_build_step, ensure_base_image, file_lock, image_exists
 from environments.local import clone_checkout
 
-#: the read-only shared material (../shared from the project root; override with PINPOINT_SHARED)
-SHARED = Path(os.environ.get("PINPOINT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+#: the read-only shared data (../shared/data beside the project; override with PINPOINT_SHARED_DATA, as everywhere)
+SHARED_DATA = Path(os.environ.get("PINPOINT_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 REPO_WORKDIR = "/testbed"
 VENV = "/opt/venv"
 #: editable install without downloads: the base image's venv brings setuptools, dependencies are not installed
@@ -29,9 +29,10 @@ python3 -m venv {VENV}
 
 def extract_shared_repo(name: str, dest: str | os.PathLike | None = None) -> Path:
     """Path of the bare repository ../shared/data/repos/<name>.git.tar, extracted into `dest` (default: cache)."""
-    tar_path = SHARED / "data" / "repos" / f"{name}.git.tar"
+    tar_path = SHARED_DATA / "repos" / f"{name}.git.tar"
     if not tar_path.is_file():
-        raise FileNotFoundError(f"{tar_path} is missing: the shared data must sit at {SHARED} (or set PINPOINT_SHARED)")
+        raise FileNotFoundError(
+            f"{tar_path} is missing: the shared data must sit at {SHARED_DATA} (or set PINPOINT_SHARED_DATA)")
     target = Path(dest) if dest is not None else cache_dir() / "repos"
     repo = target / f"{name}.git"
     with file_lock(f"extract-{target}-{name}"):

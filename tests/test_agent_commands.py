@@ -42,7 +42,7 @@ def test_fix_writes_the_patch_and_a_branch_without_touching_the_users_checkout(t
     assert _git(demo.path, "rev-parse", "HEAD") == head
     assert _git(demo.path, "status", "--porcelain") == "?? notes.txt"
     assert "+ 1.0" in (demo.path / "numeric" / "functions.py").read_text()
-    trajectory = json.loads((tmp_path / "out" / "runs" / "team-repo-issue-42" / "trajectory.json").read_text())
+    trajectory = json.loads((tmp_path / "out" / "trajectories" / "team-repo-issue-42" / "trajectory.json").read_text())
     assert trajectory["status"] == "submitted" and trajectory["runtime"] == "LocalRuntime"
 
 

@@ -44,7 +44,7 @@ def test_gold_replay_through_the_agent_resolves_under_official_grading(tmp_path,
     report = json.loads((tmp_path / "eval" / INSTANCE / "report.json").read_text())[INSTANCE]
     assert report["resolved"] is True
     assert report["tests_status"]["FAIL_TO_PASS"]["success"] == list(instance.FAIL_TO_PASS)
-    trajectory = json.loads((tmp_path / "runs" / INSTANCE / "trajectory.json").read_text())
+    trajectory = json.loads((tmp_path / "trajectories" / INSTANCE / "trajectory.json").read_text())
     assert trajectory["runtime"] == "DockerRuntime" and trajectory["edited_lines"]["total"] == 3
     # and the same predictions file resolves under `pinpoint eval`
     code = main(["eval", "--predictions", str(tmp_path / "preds.jsonl"), "--instances", INSTANCE,
@@ -73,7 +73,7 @@ def test_fix_in_a_container_built_from_the_repository_install_files(tmp_path, do
                      "--branch", "pinpoint/fix", "--output", str(tmp_path / "out"), "--search", "none",
                      "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake"])
     assert code == 0
-    trajectory = json.loads((tmp_path / "out" / "runs" / "team-repo-issue" / "trajectory.json").read_text())
+    trajectory = json.loads((tmp_path / "out" / "trajectories" / "team-repo-issue" / "trajectory.json").read_text())
     assert trajectory["runtime"] == "DockerRuntime" and trajectory["status"] == "submitted"
     assert trajectory["test_runs"][0]["ok"] is False and trajectory["test_runs"][-1]["ok"] is True
     shown = subprocess.run(["git", "-C", str(demo.path), "show", "pinpoint/fix"], capture_output=True, text=True)
