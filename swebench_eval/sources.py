@@ -105,6 +105,18 @@ class RepoSources:
                                capture_output=True)
         return probe.returncode == 0
 
+    def later_commits(self, repo: str, commit: str) -> list[str]:
+        """Commits of the offline history committed after `commit`, oldest first (empty if `commit` is not there)."""
+        if not self.has_commit(repo, commit):
+            return []
+        git = ["git", "--git-dir", str(_dot_git(self.git_dir(repo)))]
+        when = int(subprocess.run([*git, "log", "-1", "--format=%ct", commit], capture_output=True, text=True,
+                                  check=True).stdout)
+        listing = subprocess.run([*git, "log", "--all", "--format=%ct %H"], capture_output=True, text=True,
+                                 check=True).stdout
+        dated = sorted((int(t), h) for t, h in (line.split() for line in listing.splitlines()))
+        return [h for t, h in dated if t > when]
+
     def show(self, repo: str, commit: str, path: str) -> str | None:
         """The text of `path` at `commit`, or None when the file (or the commit) is not there."""
         proc = subprocess.run(["git", "--git-dir", str(_dot_git(self.git_dir(repo))), "show", f"{commit}:{path}"],

@@ -104,13 +104,11 @@ class EnvInputs:
 
 def _requirements_text(instance: Instance, sources: RepoSources) -> str:
     """The official get_requirements: the first existing requirements path, `-r` includes inlined."""
-    commit = _setup_commit(instance, sources)
-    for req_path in REQS_PATHS.get(instance.repo, []):
-        text = sources.show(instance.repo, commit, req_path)
-        if text is not None:
-            break
-    else:
-        raise SpecError(f"{instance.instance_id}: none of {REQS_PATHS.get(instance.repo)} exists at {commit[:12]}")
+    found = _setup_file(instance, sources, REQS_PATHS.get(instance.repo, []))
+    if found is None:
+        raise SpecError(f"{instance.instance_id}: none of {REQS_PATHS.get(instance.repo)} exists at "
+                        f"{_setup_commit(instance, sources)[:12]} or a later commit of the offline history")
+    commit, req_path, text = found
     req_dir = "/".join(req_path.split("/")[:-1])
 
     def excluded(line: str) -> bool:
@@ -135,14 +133,10 @@ def _environment_yml_requirements(instance: Instance, sources: RepoSources) -> s
 
     There is no conda here, so conda-only entries are dropped by the build step (each name is tried on its own
     against the spec's pins; see scripts.env_script)."""
-    commit = _setup_commit(instance, sources)
-    for path in ENV_YML_PATHS.get(instance.repo, []):
-        text = sources.show(instance.repo, commit, path)
-        if text is not None:
-            break
-    else:
+    found = _setup_file(instance, sources, ENV_YML_PATHS.get(instance.repo, []))
+    if found is None:
         return None
-    deps = yaml.safe_load(text).get("dependencies", [])
+    deps = yaml.safe_load(found[2]).get("dependencies", [])
     names: list[str] = []
     for dep in deps:
         items = dep.get("pip", []) if isinstance(dep, dict) else [dep]
@@ -151,6 +145,23 @@ def _environment_yml_requirements(instance: Instance, sources: RepoSources) -> s
             if name and name not in ("python", "pip") and name not in NEEDS_CONDA_LIBRARY:
                 names.append(CONDA_TO_PIP.get(name, name))
     return "\n".join(sorted(set(names)))
+
+
+def _setup_file(instance: Instance, sources: RepoSources, paths: list[str]) -> tuple[str, str, str] | None:
+    """(commit, path, text) of the first of `paths` at the setup commit.
+
+    When the offline history lacks the setup commit and the base commit predates the file (xarray 0.12 rows from
+    2019-2020; the official harness reads environment.yml at a 2021 setup commit), the nearest later commit that has
+    it stands in: a version's setup commit is its newest, so a later commit is closer to it than the base.
+    """
+    first = _setup_commit(instance, sources)
+    fallbacks = [] if first == instance.environment_setup_commit else sources.later_commits(instance.repo, first)
+    for commit in (first, *fallbacks):
+        for path in paths:
+            text = sources.show(instance.repo, commit, path)
+            if text is not None:
+                return commit, path, text
+    return None
 
 
 def _setup_commit(instance: Instance, sources: RepoSources) -> str:
@@ -166,8 +177,7 @@ def env_inputs(instance: Instance, spec: dict[str, Any], sources: RepoSources) -
     if packages == "requirements.txt":
         kind, body = "requirements", _requirements_text(instance, sources)
     elif packages == "environment.yml":
-        # older commits predate the file (the official harness reads it at a setup commit the archive lacks):
-        # then the spec's pip pins alone make the env
+        # no commit of the offline history at or after the base has the file: the spec's pip pins alone
         body = _environment_yml_requirements(instance, sources)
         kind, body = ("environment.yml", body) if body is not None else ("none", "")
     elif packages:

@@ -117,6 +117,16 @@ def test_requirements_files_are_read_offline(sources):
     assert "pytest" in inputs.packages and "-r " not in inputs.packages
 
 
+def test_a_version_whose_setup_commit_is_missing_shares_one_environment(sources):
+    """xarray 0.12's setup commit is not in the archive and 2019-2020 bases predate environment.yml: the nearest
+    later commit's file stands in, so every 0.12 row gets the same packages (bottleneck, sparse, ...), not pins only."""
+    rows = load_instances(ids=["pydata__xarray-3305", "pydata__xarray-4966"])
+    old, new = (env_inputs(row, spec_for(row), sources) for row in rows)
+    assert sources.show("pydata/xarray", rows[0].base_commit, "ci/requirements/environment.yml") is None
+    assert old.packages_kind == new.packages_kind == "environment.yml"
+    assert old.key() == new.key() and "bottleneck" in old.packages.split()
+
+
 def test_eval_script_mirrors_the_official_one(requests_instance):
     script = eval_script(requests_instance, spec_for(requests_instance))
     base = requests_instance.base_commit
