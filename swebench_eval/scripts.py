@@ -33,6 +33,8 @@ EVAL_ENV = {
     "PIP_NO_INDEX": "1",
     "PIP_NO_BUILD_ISOLATION": "0",  # pip's inverted switch: "0" turns build isolation off
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    # the reinstall must leave the same kind of editable install as the instance layer (see instance_script)
+    "PIP_CONFIG_SETTINGS": "editable_mode=compat",
 }
 
 
@@ -75,6 +77,20 @@ def _scm_version(instance: Instance) -> str:
     return f"export SETUPTOOLS_SCM_PRETEND_VERSION={shlex.quote(instance.version)}"
 
 
+def _install_step(install: str) -> str:
+    """The spec's install; an editable install that today's pip refuses for lack of PEP 660 is retried without
+    build isolation.
+
+    A project pinning an old setuptools in its build requirements (pylint 2.15: `setuptools~=62.6`) has no
+    `build_editable` hook; the pip of the official images fell back to `setup.py develop`, today's pip refuses.
+    Without build isolation the env's newer setuptools builds it."""
+    if "pip install -e" not in install:
+        return install
+    log = "/tmp/pinpoint-install.log"
+    retry = install.replace("pip install -e", "pip install --no-build-isolation -e", 1)
+    return f"if ! {{ {install}; }} 2>&1 | tee {log}; then\n  grep -q build_editable {log} || exit 1\n  {retry}\nfi"
+
+
 def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
     """Install the checkout at /testbed (official make_repo_script_list_py, minus the clone: the source is copied in)."""
     lines = [
@@ -89,7 +105,7 @@ def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
         *spec.get("pre_install", []),
     ]
     if "install" in spec:
-        lines.append(spec["install"])
+        lines.append(_install_step(spec["install"]))
     lines += [
         "git config --global user.email setup@swebench.config",
         "git config --global user.name SWE-bench",

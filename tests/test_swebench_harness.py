@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swebench_eval import specs
+from swebench_eval import scripts, specs
 from swebench_eval.datasets import DatasetError, load_instances
 from swebench_eval.evaluate import apply_patch, classify
 from swebench_eval.grading import grade_log, recorded_exit_code
@@ -137,6 +137,24 @@ def test_eval_script_mirrors_the_official_one(requests_instance):
     assert script.count(f"git checkout {base} test_requests.py") == 2
     assert script.index("python -m pip install .") < script.index("git apply -v -") < start
     assert "export TZ=UTC" in script and "export PYTHONHASHSEED=0" in script
+    # the reinstall leaves a path-entry editable install like the instance layer's (astroid cannot see import hooks)
+    assert "export PIP_CONFIG_SETTINGS=editable_mode=compat" in script
+
+
+@pytest.mark.parametrize("error, installed", [("missing the 'build_editable' hook", True), ("no space left", False)])
+def test_editable_install_without_pep660_is_retried_without_isolation_and_other_failures_stop(
+        tmp_path, error, installed):
+    fake = tmp_path / "python"  # stands in for pip: refuses the isolated editable install with `error`
+    fake.write_text(f"""#!/bin/bash
+if [[ "$*" == *--no-build-isolation* ]]; then echo installed-without-isolation; exit 0; fi
+echo "ERROR: {error}"; exit 1
+""")
+    fake.chmod(0o755)
+    step = scripts._install_step("python -m pip install -e .")
+    run = subprocess.run(["bash", "-c", f"set -euxo pipefail\nexport PATH={tmp_path}:$PATH\n{step}\necho next-step"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert (run.returncode == 0) is installed
+    assert ("installed-without-isolation" in run.stdout and "next-step" in run.stdout) is installed
 
 
 # -- grading ------------------------------------------------------------------------------------------------------------
