@@ -118,7 +118,10 @@ def eval_script(instance: Instance, spec: dict[str, Any]) -> str:
     """The official eval script: reinstall, reset and apply the test patch, run the tests between markers, record
     the test command's exit code, reset the test files."""
     test_files = modified_test_files(instance.test_patch)
-    reset_tests = f"git checkout {instance.base_commit} {' '.join(test_files)}"
+    # as the current official make_eval_script_list_common: a bare `git checkout <base>` (a test patch that only adds
+    # files) would detach to the base commit and undo the instance's pre_install edits (sphinx's `pytest -rA`)
+    reset_tests = (f"git checkout {instance.base_commit} {' '.join(test_files)}" if test_files
+                   else 'echo "No test files to reset"')
     commands = [
         *(f"export {k}={shlex.quote(v)}" for k, v in EVAL_ENV.items()),
         _scm_version(instance),

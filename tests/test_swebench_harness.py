@@ -141,6 +141,14 @@ def test_eval_script_mirrors_the_official_one(requests_instance):
     assert "export PIP_CONFIG_SETTINGS=editable_mode=compat" in script
 
 
+def test_a_test_patch_that_only_adds_files_resets_nothing():
+    """A bare `git checkout <base>` would detach to the base commit and drop sphinx's `pytest -rA` edit."""
+    sphinx = load_instances(ids=["sphinx-doc__sphinx-8595"])[0]
+    script = eval_script(sphinx, spec_for(sphinx))
+    assert f"git checkout {sphinx.base_commit}\n" not in script + "\n"
+    assert script.count('echo "No test files to reset"') == 2
+
+
 @pytest.mark.parametrize("error, installed", [("missing the 'build_editable' hook", True), ("no space left", False)])
 def test_editable_install_without_pep660_is_retried_without_isolation_and_other_failures_stop(
         tmp_path, error, installed):
