@@ -18,3 +18,12 @@ fi
 
 # a Docker engine that answers (installs docker.io and starts dockerd when root on Debian and none runs)
 .venv/bin/pinpoint env up
+
+# ip and nsenter: offline eval containers get their private-address routes from the host (docs/environments.md)
+if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -q >/dev/null && apt-get install -y -q iproute2 util-linux >/dev/null
+  else
+    echo "pinpoint: install iproute2 and util-linux (ip, nsenter) for SWE-bench evaluation" >&2
+  fi
+fi
