@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-if [ ! -x .venv/bin/python ]; then
+if [ ! -x .venv/bin/python ] || [ ! -x .venv/bin/pip ]; then  # also repairs a venv cut short
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
 fi
