@@ -188,6 +188,7 @@ def _step(node: Node, children: list[Node]) -> tuple[Node, bool]:
         return node, False
     return best, not best.outcome.ok
 
+
 def bester_search(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], *,
                   test_command: str, timeout: float, reflections: int, depth: int, context: int) -> SearchResult:
     """BESTER: n self-reflections per node, one repair each; expand the best child, to `depth`."""

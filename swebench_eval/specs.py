@@ -154,14 +154,19 @@ def _setup_file(instance: Instance, sources: RepoSources, paths: list[str]) -> t
     2019-2020; the official harness reads environment.yml at a 2021 setup commit), the nearest later commit that has
     it stands in: a version's setup commit is its newest, so a later commit is closer to it than the base.
     """
-    first = _setup_commit(instance, sources)
-    fallbacks = [] if first == instance.environment_setup_commit else sources.later_commits(instance.repo, first)
-    for commit in (first, *fallbacks):
+    def first_file_at(commit: str) -> tuple[str, str, str] | None:
         for path in paths:
             text = sources.show(instance.repo, commit, path)
             if text is not None:
                 return commit, path, text
-    return None
+        return None
+
+    first = _setup_commit(instance, sources)
+    found = first_file_at(first)
+    if found is not None or first == instance.environment_setup_commit:
+        return found
+    # the history is listed only when needed: most rows find their file at the base commit
+    return next(filter(None, map(first_file_at, sources.later_commits(instance.repo, first))), None)
 
 
 def _setup_commit(instance: Instance, sources: RepoSources) -> str:
