@@ -17,6 +17,7 @@ from torch import nn
 from localization.dataset import Example
 from localization.features import Vocabulary, collate, featurize
 from localization.model import Checkpoint, DiagnosticModel, ModelConfig, line_scores
+from localization.units import UNIT_TYPES
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ class TrainConfig:
     #: stop early (keeping the best checkpoint) when the wall clock passes this many seconds
     time_budget_s: float | None = None
     threads: int = 1
+    #: chance that an identifier's or number's token is replaced by its type's unknown token in training, so the
+    #: model cannot lean on the names of the training programs (held-out code names things differently)
+    token_dropout: float = 0.0
+    #: weight of a second cross-entropy over line scores (max over a line's units, as at inference), target the
+    #: target unit's line: line top-1 is what localization reports, and it does not care which unit of the line wins
+    line_loss: float = 0.0
 
 
 def _window(feats: dict[str, torch.Tensor], target: int, size: int, rng: random.Random) -> tuple[dict, int]:
@@ -41,10 +48,39 @@ def _window(feats: dict[str, torch.Tensor], target: int, size: int, rng: random.
     return {k: v[lo : lo + size] for k, v in feats.items()}, target - lo
 
 
+_DROPPABLE = ("identifier", "integer", "float")
+
+
+def _drop_tokens(tokens: torch.Tensor, types: torch.Tensor, mask: torch.Tensor, unknown_of_type: torch.Tensor,
+                 p: float) -> torch.Tensor:
+    if p <= 0:
+        return tokens
+    droppable = torch.isin(types, torch.tensor([UNIT_TYPES.index(t) for t in _DROPPABLE]))
+    drop = (torch.rand(tokens.shape) < p) & mask & droppable
+    return torch.where(drop, unknown_of_type[types], tokens)
+
+
+def _line_loss(logits: torch.Tensor, lines: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over the lines of each program, a line's logit being the max over its units."""
+    lines = lines.masked_fill(~mask, 0)  # padding joins line 0, which holds no unit (lines count from 1)
+    pooled = torch.full((logits.shape[0], int(lines.max()) + 1), float("-inf")).scatter_reduce(
+        1, lines, logits, reduce="amax")
+    target_lines = lines.gather(1, targets[:, None])[:, 0]
+    present = torch.isfinite(pooled)
+    return nn.functional.cross_entropy(pooled.masked_fill(~present, -1e9), target_lines)
+
+
 def _batches(items: list, batch_size: int, rng: random.Random) -> list[list]:
+    """Shuffled batches of programs of similar length (padding to the longest of a random batch costs ~2x)."""
     order = list(range(len(items)))
     rng.shuffle(order)
-    return [[items[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)]
+    pool = batch_size * 50
+    batches = []
+    for k in range(0, len(order), pool):
+        chunk = sorted(order[k : k + pool], key=lambda i: len(items[i][0]["tokens"]))
+        batches += [[items[i] for i in chunk[j : j + batch_size]] for j in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
 
 
 def evaluate_examples(model: DiagnosticModel, examples: Sequence[Example], vocab: Vocabulary) -> dict[str, float]:
@@ -85,6 +121,7 @@ def train(
     vocab = Vocabulary.build((ex.units for ex in usable), min_count=cfg.min_count)
     items = [(featurize(ex.units, ex.confidences, vocab, model_config.confidence), ex.target) for ex in usable]
     model = DiagnosticModel(model_config, len(vocab))
+    unknown_of_type = torch.tensor([vocab.index[f"<unk:{t}>"] for t in UNIT_TYPES])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     start = time.monotonic()
@@ -98,8 +135,12 @@ def train(
         for batch in _batches(items, cfg.batch_size, rng):
             cropped = [_window(f, t, model_config.max_units, rng) for f, t in batch]
             inputs = collate([f for f, _ in cropped])
-            logits = model(inputs["tokens"], inputs["types"], inputs["conf"], inputs["mask"])
-            loss = loss_fn(logits, torch.tensor([t for _, t in cropped]))
+            tokens = _drop_tokens(inputs["tokens"], inputs["types"], inputs["mask"], unknown_of_type, cfg.token_dropout)
+            logits = model(tokens, inputs["types"], inputs["conf"], inputs["mask"])
+            targets = torch.tensor([t for _, t in cropped])
+            loss = loss_fn(logits, targets)
+            if cfg.line_loss > 0:
+                loss = loss + cfg.line_loss * _line_loss(logits, inputs["lines"], inputs["mask"], targets)
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)

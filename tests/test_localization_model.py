@@ -7,8 +7,8 @@ from localization.data import bigcodebench_solutions
 from localization.dataset import example_from, mutant_programs
 from localization.features import Vocabulary, collate, featurize
 from localization.model import PAPER, Checkpoint, DiagnosticModel, ModelConfig, line_scores
-from localization.training import TrainConfig, evaluate_examples, train
-from localization.units import lexical_units
+from localization.training import TrainConfig, _drop_tokens, _line_loss, evaluate_examples, train
+from localization.units import UNIT_TYPES, lexical_units
 
 TINY = ModelConfig(layers=1, heads=2, token_dim=16, type_dim=8, conf_dim=8, ff_dim=32, max_units=64, confidence="all")
 
@@ -89,3 +89,26 @@ def test_confidence_features_carry_value_rank_and_missing_flag():
     # value/5, rank among the units (0 = least confident), missing flag
     assert torch.allclose(one, torch.tensor([[-0.2, 0.5, 0.0], [0.0, 1.0, 1.0], [-0.6, 0.0, 0.0]]))
     assert featurize(units, confs, vocab, "all")["conf"].shape == (3, 7)
+
+
+def test_token_dropout_hides_only_names_and_numbers_of_real_units():
+    units = lexical_units("total = count + 1\n")
+    vocab = Vocabulary.build([units], min_count=1)
+    batch = collate([featurize(units, {"sum": [-1.0] * len(units)}, vocab, "sum")])
+    unknown_of_type = torch.tensor([vocab.index[f"<unk:{t}>"] for t in UNIT_TYPES])
+    dropped = _drop_tokens(batch["tokens"], batch["types"], batch["mask"], unknown_of_type, p=1.0)
+    assert [vocab.tokens[i] for i in dropped[0]] == ["<unk:identifier>", "=", "<unk:identifier>", "+", "<unk:integer>"]
+    assert torch.equal(_drop_tokens(batch["tokens"], batch["types"], batch["mask"], unknown_of_type, p=0.0),
+                       batch["tokens"])
+
+
+def test_line_loss_is_cross_entropy_over_max_pooled_lines():
+    logits = torch.tensor([[1.0, 5.0, 0.0, float("-inf")]])
+    lines = torch.tensor([[1, 1, 2, 0]])
+    mask = torch.tensor([[True, True, True, False]])
+    # the target unit (index 2) sits on line 2, whose score is 0.0 against line 1's max of 5.0
+    expected = -torch.log_softmax(torch.tensor([5.0, 0.0]), 0)[1]
+    assert torch.isclose(_line_loss(logits, lines, mask, torch.tensor([2])), expected)
+    # which unit of the gold line is the target does not matter
+    assert torch.isclose(_line_loss(logits, lines, mask, torch.tensor([0])),
+                         _line_loss(logits, lines, mask, torch.tensor([1])))
