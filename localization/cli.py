@@ -21,6 +21,10 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, default=None, help="stop after the epoch that passes N seconds")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--token-dropout", type=float, default=None,
+                   help="chance an identifier or number is hidden in training (default: TrainConfig's)")
+    p.add_argument("--line-loss", type=float, default=None, help="weight of the line-level loss (default: TrainConfig's)")
+    p.add_argument("--ema", type=float, default=None, help="weight-average decay per step, 0 = off (default: TrainConfig's)")
     p.add_argument("--cached-only", action="store_true",
                    help="train on the programs whose confidences are already cached (no LLM scoring)")
     p.set_defaults(func=_train)
@@ -61,7 +65,8 @@ def _train(args) -> int:
         _log(f"{split}: {len(splits[split])} examples")
     lr = args.lr if args.lr is not None else (1e-4 if args.config == "paper" else 1e-3)
     tcfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
-                       time_budget_s=args.time_budget, threads=args.threads)
+                       time_budget_s=args.time_budget, threads=args.threads,
+                       **{k: v for k in ("token_dropout", "line_loss", "ema") if (v := getattr(args, k)) is not None})
     model_config = CONFIGS[args.config]
     if args.confidence:
         model_config = replace(model_config, confidence=args.confidence)

@@ -41,11 +41,11 @@ class DataConfig:
     seed: int = 0
     mutants_per_base: int = 6
     max_chars: int = 2400
-    #: counts per pool (a count above the pool's size takes all of it); ~90 min of scoring on one idle core
+    #: counts per pool (a count above the pool's size takes all of it); ~2 h of scoring on one idle core
     bigcodebench_bases: int = 1000
     livecodebench_bases: int = 1000
-    debugbench: int = 400
-    condefects_train: int = 400
+    debugbench: int = 1100
+    condefects_train: int = 1200
     #: the validation split takes this fraction of each training count
     val_fraction: float = 0.25
     condefects_test: int = 120

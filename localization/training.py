@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from localization.dataset import Example
 from localization.features import Vocabulary, collate, featurize
@@ -33,10 +34,13 @@ class TrainConfig:
     threads: int = 1
     #: chance that an identifier's or number's token is replaced by its type's unknown token in training, so the
     #: model cannot lean on the names of the training programs (held-out code names things differently)
-    token_dropout: float = 0.0
+    token_dropout: float = 0.15
     #: weight of a second cross-entropy over line scores (max over a line's units, as at inference), target the
     #: target unit's line: line top-1 is what localization reports, and it does not care which unit of the line wins
-    line_loss: float = 0.0
+    line_loss: float = 1.0
+    #: when above 0, validate and keep an exponential moving average of the weights (decay per step) instead of the
+    #: last step's weights: smoother than one step's, so the validation pick is less a matter of luck
+    ema: float = 0.0
 
 
 def _window(feats: dict[str, torch.Tensor], target: int, size: int, rng: random.Random) -> tuple[dict, int]:
@@ -123,6 +127,8 @@ def train(
     model = DiagnosticModel(model_config, len(vocab))
     unknown_of_type = torch.tensor([vocab.index[f"<unk:{t}>"] for t in UNIT_TYPES])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema)) if cfg.ema > 0 else None
+    scored = averaged.module if averaged else model
     loss_fn = nn.CrossEntropyLoss()
     start = time.monotonic()
     initial = evaluate_examples(model, val_examples, vocab)
@@ -145,13 +151,15 @@ def train(
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
+            if averaged:
+                averaged.update_parameters(model)
             total += loss.item()
             steps += 1
-        metrics = evaluate_examples(model, val_examples, vocab)
+        metrics = evaluate_examples(scored, val_examples, vocab)
         history.append({"epoch": epoch, "train_loss": total / max(1, steps), **metrics})
         log(f"epoch {epoch}: loss {total / max(1, steps):.3f} val {_fmt(metrics)}")
         if metrics["exact_match"] > best.metrics["val"]["exact_match"] or best.metrics["epoch"] == 0:
-            best = Checkpoint(model_config, vocab, _state(model), {"val": metrics, "epoch": epoch})
+            best = Checkpoint(model_config, vocab, _state(scored), {"val": metrics, "epoch": epoch})
         if cfg.time_budget_s is not None and time.monotonic() - start > cfg.time_budget_s:
             log(f"time budget of {cfg.time_budget_s:.0f}s reached after epoch {epoch}")
             break
