@@ -87,7 +87,9 @@ def _eval(args) -> int:
         diagnostic_ranker,
         evaluate,
         format_table,
+        fused_ranker,
         lowest_confidence_ranker,
+        memoized,
         random_ranker,
         sbfl_ranker,
     )
@@ -113,10 +115,13 @@ def _eval(args) -> int:
             programs = programs[: args.limit]
         _log(f"{name}: {len(programs)} programs (scoring, cached)")
         examples = build_examples(programs, scorer, _log)
-        rankers = {"diagnostic (FLARE)": diagnostic_ranker(checkpoint), "random line": random_ranker,
+        diagnostic = memoized(diagnostic_ranker(checkpoint))
+        rankers = {"diagnostic (FLARE)": diagnostic, "random line": random_ranker,
                    "lowest confidence": lowest_confidence_ranker}
         if name == "humanevalfix" and not args.no_sbfl:
-            rankers["sbfl (ochiai)"] = sbfl_ranker({p.id: (p.tests, p.entry_point) for p in humanevalfix()})
+            sbfl = memoized(sbfl_ranker({p.id: (p.tests, p.entry_point) for p in humanevalfix()}))
+            rankers["sbfl (ochiai)"] = sbfl
+            rankers["diagnostic + sbfl"] = fused_ranker([diagnostic, sbfl])
         table[name] = evaluate(examples, rankers)
     print(f"checkpoint: {checkpoint_path}")
     print(format_table(table))

@@ -82,6 +82,28 @@ def sbfl_ranker(tests_of: dict[str, tuple[str, str]]) -> Callable[[Example], dic
     return rank
 
 
+def fused_ranker(rankers: Sequence[Callable[[Example], dict[int, float]]], k: float = 60.0
+                 ) -> Callable[[Example], dict[int, float]]:
+    """Reciprocal-rank fusion of line rankers (the formula of `fusion`); lines a ranker ties share its best rank, so
+    the other ranker orders them (SBFL ties every line that all failing tests run)."""
+
+    def rank(ex: Example) -> dict[int, float]:
+        fused = dict.fromkeys(candidate_lines(ex), 0.0)
+        for ranker in rankers:
+            scores = ranker(ex)
+            for line, score in scores.items():
+                fused[line] += 1.0 / (k + 1 + sum(1 for other in scores.values() if other > score))
+        return fused
+
+    return rank
+
+
+def memoized(ranker: Callable[[Example], dict[int, float]]) -> Callable[[Example], dict[int, float]]:
+    """A ranker that runs once per example id (SBFL runs the program's tests; fusion asks again)."""
+    seen: dict[str, dict[int, float]] = {}
+    return lambda ex: seen[ex.id] if ex.id in seen else seen.setdefault(ex.id, ranker(ex))
+
+
 @dataclass
 class MethodResult:
     method: str

@@ -2,7 +2,8 @@
 
 from agent.cli import main as pinpoint
 from localization.data import humanevalfix
-from localization.evaluation import expected_hit_at_k
+from localization.dataset import example_from
+from localization.evaluation import expected_hit_at_k, fused_ranker, memoized
 from localization.spectrum import ochiai, run_tests_with_coverage
 
 
@@ -12,6 +13,27 @@ def test_ties_are_broken_at_random_in_expectation():
     assert expected_hit_at_k({1: 1.0, 2: 0.0, 3: 0.0}, {2}, 2) == 0.5
     assert expected_hit_at_k({1: 1.0, 2: 2.0}, {1}, 1) == 0.0
     assert expected_hit_at_k({1: 1.0, 2: 2.0}, {1}, 2) == 1.0
+
+
+def test_fusion_lets_one_ranker_order_the_lines_the_other_ties():
+    program = next(p for p in humanevalfix() if p.id == "Python/2")
+    ex = example_from(program, [])
+    lines = sorted({u.line for u in ex.units})
+    calls = []
+
+    def spectrum(_ex):  # ties every line but the first, as Ochiai does for lines every failing test runs
+        calls.append(1)
+        return {line: 0.0 if line == lines[0] else 0.5 for line in lines}
+
+    def model(_ex):  # prefers the last line
+        return {line: float(line) for line in lines}
+
+    once = memoized(spectrum)
+    fused = fused_ranker([model, once])(ex)
+    assert max(fused, key=fused.get) == lines[-1]
+    assert fused[lines[0]] < min(v for line, v in fused.items() if line != lines[0])  # last for both
+    once(ex)
+    assert len(calls) == 1  # the tests ran once
 
 
 def test_ochiai_from_real_tests_points_at_the_humanevalfix_bug():
