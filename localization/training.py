@@ -40,7 +40,7 @@ class TrainConfig:
     line_loss: float = 1.0
     #: when above 0, validate and keep an exponential moving average of the weights (decay per step) instead of the
     #: last step's weights: smoother than one step's, so the validation pick is less a matter of luck
-    ema: float = 0.0
+    ema: float = 0.99
 
 
 def _window(feats: dict[str, torch.Tensor], target: int, size: int, rng: random.Random) -> tuple[dict, int]:
