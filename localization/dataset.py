@@ -39,13 +39,13 @@ class DataConfig:
     """Which programs go into training, sized for CPU scoring; every choice is deterministic under `seed`."""
 
     seed: int = 0
-    mutants_per_base: int = 6
+    mutants_per_base: int = 10
     max_chars: int = 2400
-    #: counts per pool (a count above the pool's size takes all of it); ~2 h of scoring on one idle core
+    #: counts per pool (a count above the pool's size takes all of it); ~3 h of scoring on one idle core
     bigcodebench_bases: int = 1000
     livecodebench_bases: int = 1000
     debugbench: int = 1100
-    condefects_train: int = 1200
+    condefects_train: int = 2100
     #: the validation split takes this fraction of each training count
     val_fraction: float = 0.25
     condefects_test: int = 120
