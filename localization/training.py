@@ -57,6 +57,7 @@ _DROPPABLE = ("identifier", "integer", "float")
 
 def _drop_tokens(tokens: torch.Tensor, types: torch.Tensor, mask: torch.Tensor, unknown_of_type: torch.Tensor,
                  p: float) -> torch.Tensor:
+    """Token ids with each real identifier or number replaced by its type's unknown token with probability `p`."""
     if p <= 0:
         return tokens
     droppable = torch.isin(types, torch.tensor([UNIT_TYPES.index(t) for t in _DROPPABLE]))
@@ -75,7 +76,8 @@ def _line_loss(logits: torch.Tensor, lines: torch.Tensor, mask: torch.Tensor, ta
 
 
 def _batches(items: list, batch_size: int, rng: random.Random) -> list[list]:
-    """Shuffled batches of programs of similar length (padding to the longest of a random batch costs ~2x)."""
+    """Shuffled batches of programs of similar length: a random batch pads every program to its longest one, which
+    made epochs over 4x slower. Sorting within shuffled pools of 50 batches keeps the batches' order random."""
     order = list(range(len(items)))
     rng.shuffle(order)
     pool = batch_size * 50
