@@ -77,5 +77,6 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
     assert pinpoint(["eval-localization", "--sets", "humanevalfix", "--limit", "4", "--json", str(out)]) == 0
     assert "sbfl (ochiai)" in capsys.readouterr().out
     rows = json.loads(out.read_text())["results"]["humanevalfix"]
-    assert {r["method"] for r in rows} == {"diagnostic (FLARE)", "random line", "lowest confidence", "sbfl (ochiai)"}
+    assert {r["method"] for r in rows} == {"diagnostic (FLARE)", "random line", "lowest confidence", "sbfl (ochiai)",
+                                          "diagnostic + sbfl"}
     assert all(r["n"] == 4 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in rows)
