@@ -113,8 +113,14 @@ def run_task(
     state: dict = {}
     resumed = False
     try:
-        graph = build_graph(ctx, SqliteSaver(connection))
+        saver = SqliteSaver(connection)
+        graph = build_graph(ctx, saver)
         snapshot = graph.get_state(graph_config)
+        if snapshot.values and not snapshot.next and snapshot.values.get("status") == "running":
+            # killed while LangGraph was writing a step: the checkpoint names no next node, yet the run never
+            # finished; start the task over rather than report it as done with an empty patch
+            saver.delete_thread(graph_config["configurable"]["thread_id"])
+            snapshot = graph.get_state(graph_config)
         if snapshot.values and not snapshot.next:  # finished earlier: nothing to redo
             state = dict(snapshot.values)
             _restore(runtime, state.get("final_patch", ""))

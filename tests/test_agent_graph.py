@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import load_config
 from agent.demo import build_demo_repo
@@ -263,3 +265,22 @@ def test_a_new_signal_plugs_in_and_reads_the_files_other_signals_point_at(demo, 
     assert signals["code-reader"][0]["start_line"] == demo.buggy_lines[0]
     top = traj["suspects"][0]
     assert top["start_line"] == demo.buggy_lines[0] and "[code-reader #1] odd arithmetic" in top["evidence"]
+
+
+def test_a_checkpoint_left_running_without_a_next_step_restarts_the_task(demo, tmp_path):
+    """A process killed while LangGraph writes a step can leave a state that is still running but names no next
+    node; the resumed run must do the task again, not report it done with whatever patch it had."""
+    once = [tool_call("view", {"path": "numeric/functions.py"}), tool_call("str_replace_editor", FIX),
+            tool_call("submit", {}), tool_call("submit", {})]
+    with FakeScriptedLLMServer(once + once) as fake:
+        first, _, _ = _run(demo, fake, tmp_path, oracle=False)
+        assert first.status == "submitted"
+        with sqlite3.connect(str(tmp_path / "run" / "checkpoint.sqlite")) as connection:
+            saver = SqliteSaver(connection)
+            last = saver.get_tuple({"configurable": {"thread_id": demo.task.instance_id}})
+            last.checkpoint["channel_values"].update(status="running", final_patch="")
+            saver.put(last.config, last.checkpoint, last.metadata, {})
+        second, _, tree = _run(demo, fake, tmp_path, oracle=False)
+        assert len(fake.chat_requests) == 2 * len(once)  # the task was done again
+    assert second.status == "submitted" and not second.resumed
+    assert "+    return number % 1.0\n" in second.patch and tree == second.patch
