@@ -52,7 +52,8 @@ def _window(feats: dict[str, torch.Tensor], target: int, size: int, rng: random.
     return {k: v[lo : lo + size] for k, v in feats.items()}, target - lo
 
 
-_DROPPABLE = ("identifier", "integer", "float")
+#: the unit types token dropout may hide (their names and values differ between programs)
+_DROPPABLE_TYPES = torch.tensor([UNIT_TYPES.index(t) for t in ("identifier", "integer", "float")])
 
 
 def _drop_tokens(tokens: torch.Tensor, types: torch.Tensor, mask: torch.Tensor, unknown_of_type: torch.Tensor,
@@ -60,8 +61,7 @@ def _drop_tokens(tokens: torch.Tensor, types: torch.Tensor, mask: torch.Tensor, 
     """Token ids with each real identifier or number replaced by its type's unknown token with probability `p`."""
     if p <= 0:
         return tokens
-    droppable = torch.isin(types, torch.tensor([UNIT_TYPES.index(t) for t in _DROPPABLE]))
-    drop = (torch.rand(tokens.shape) < p) & mask & droppable
+    drop = (torch.rand(tokens.shape) < p) & mask & torch.isin(types, _DROPPABLE_TYPES)
     return torch.where(drop, unknown_of_type[types], tokens)
 
 
