@@ -31,7 +31,8 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("eval-localization", help="top-1/3/10 line accuracy vs baselines on held-out bugs")
     p.add_argument("--checkpoint", type=Path, default=None)
-    p.add_argument("--sets", default="humanevalfix,pdb_multi,condefects")
+    p.add_argument("--sets", default="humanevalfix,humanevalfix_docs,pdb_multi,condefects",
+                   help="humanevalfix_docs: HumanEvalFix with each function's docstring read before its code")
     p.add_argument("--limit", type=int, default=None, help="at most N programs per set (first N, fixed order)")
     p.add_argument("--no-sbfl", action="store_true", help="skip running HumanEvalFix's tests")
     p.add_argument("--json", type=Path, default=None, help="also write the table as JSON here")
@@ -118,7 +119,7 @@ def _eval(args) -> int:
         diagnostic = memoized(diagnostic_ranker(checkpoint))
         rankers = {"diagnostic (FLARE)": diagnostic, "random line": random_ranker,
                    "lowest confidence": lowest_confidence_ranker}
-        if name == "humanevalfix" and not args.no_sbfl:
+        if name.startswith("humanevalfix") and not args.no_sbfl:
             sbfl = memoized(sbfl_ranker({p.id: (p.tests, p.entry_point) for p in humanevalfix()}))
             rankers["sbfl (ochiai)"] = sbfl
             rankers["diagnostic + sbfl"] = fused_ranker([diagnostic, sbfl])

@@ -22,7 +22,8 @@ SPLITS = ("train", "val", "test")
 @dataclass(frozen=True)
 class Program:
     """One program. `buggy_lines` are the gold fault lines (1-based; empty for correct code); `fixed_code` is the
-    reference fix where one exists; `tests`/`entry_point` make it runnable (HumanEvalFix only)."""
+    reference fix where one exists; `tests`/`entry_point` make it runnable (HumanEvalFix only); `description` is
+    what the code should do, in words (a docstring, a problem statement), where the source has one."""
 
     id: str
     group: str
@@ -33,6 +34,7 @@ class Program:
     tests: str | None = None
     entry_point: str | None = None
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    description: str = ""
 
 
 def data_dir() -> Path:
@@ -68,6 +70,7 @@ def humanevalfix() -> list[Program]:
                 tests=row["test"],
                 entry_point=row["entry_point"],
                 meta={"bug_type": row["bug_type"]},
+                description=row["docstring"],
             )
         )
     return out
@@ -133,6 +136,7 @@ def debugbench() -> list[Program]:
                 buggy_lines=tuple(sorted(set(lab["buggy_lines"]) | set(lab["insert_before_lines"]))),
                 fixed_code=row["oracle_code"].strip("\n"),
                 meta={"bug_type": row["bug_category"]},
+                description=row["description"],
             )
         )
     return out
@@ -151,6 +155,7 @@ def bigcodebench_solutions() -> list[Program]:
             group=task_id,
             source="bigcodebench",
             code=_value(row["code_prompt"]) + _value(row["canonical_solution"]),
+            description=_bigcodebench_description(row["doc_struct"]),
         )
         for task_id, row in sorted(rows.items())
         if task_id not in held
@@ -169,7 +174,7 @@ def livecodebench_solutions() -> list[Program]:
         code = next((c for c, ok in zip(_value(row["code_list"]), graded, strict=False) if ok), None)
         if code:
             out.append(Program(id=f"livecodebench/{qid}", group=f"leetcode/{_value(row['question_title'])}",
-                               source="livecodebench", code=code))
+                               source="livecodebench", code=code, description=_value(row["question_content"])))
     return out
 
 
@@ -188,6 +193,15 @@ def iter_split(programs: list[Program], split: str) -> Iterator[Program]:
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
+def _bigcodebench_description(doc_struct: str | dict) -> str:
+    """The task's docstring in words: its description, parameters and return value (not its examples)."""
+    doc = json.loads(doc_struct) if isinstance(doc_struct, str) else doc_struct
+    parts = [*doc.get("description", [])]
+    parts += ["Parameters:", *doc["params"]] if doc.get("params") else []
+    parts += ["Returns:", *doc["returns"]] if doc.get("returns") else []
+    return "\n".join(parts)
+
+
 def _pdb_base(task_id: str) -> str:
     """'BigCodeBench/1015_0' -> 'BigCodeBench/1015'; '3532_0' (LiveCodeBench) -> 'livecodebench/3532'."""
     base = task_id.rsplit("_", 1)[0]

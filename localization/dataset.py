@@ -1,7 +1,8 @@
 """Examples for the diagnostic model: a program's units, their confidences, the first buggy unit and gold lines.
 
 `build_examples` turns held-out sets and training pools (see `data`) into examples, scoring every program with the
-local scorer (cached). Synthetic bugs are scored incrementally from their correct base (`LocalScorer.score_mutants`).
+local scorer (cached), after its description where it has one. Synthetic bugs are scored incrementally from their
+correct base (`LocalScorer.score_mutants`) and keep the base's description.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ import difflib
 import hashlib
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from localization import data
 from localization.confidence import TokenLogprob, unit_confidences
 from localization.data import Program
 from localization.mutations import mutants
+from localization.scorer import description_prefix
 from localization.units import Unit, lexical_units
 
 
@@ -78,7 +80,8 @@ def mutant_programs(base: Program, count: int, seed: int) -> list[tuple[Program,
     for k, m in enumerate(mutants(base.code, count, seed=seed)):
         end_line = m.code.count("\n", 0, max(m.bug_start, m.bug_end - 1)) + 1
         program = Program(id=f"{base.id}/mut{k}", group=base.group, source=f"synthetic/{base.source}", code=m.code,
-                          buggy_lines=tuple(range(m.bug_line, end_line + 1)), meta={"operator": m.operator})
+                          buggy_lines=tuple(range(m.bug_line, end_line + 1)), meta={"operator": m.operator},
+                          description=base.description)
         out.append((program, m.bug_start, m.bug_end))
     return out
 
@@ -94,17 +97,20 @@ def _sample(programs: list[Program], n: int, seed: int) -> list[Program]:
 
 
 def evaluation_programs(name: str, cfg: DataConfig = DataConfig()) -> list[Program]:
-    """A held-out set by name: `humanevalfix`, `pdb_multi` or `condefects` (its test split)."""
+    """A held-out set by name: `humanevalfix` (code alone), `humanevalfix_docs` (code and its docstring, as
+    HumanEvalPack's HumanEvalFixDocs gives it), `pdb_multi` or `condefects` (its test split)."""
     if name == "humanevalfix":
+        return [replace(p, description="") for p in data.humanevalfix()]
+    if name == "humanevalfix_docs":
         return data.humanevalfix()
     if name == "pdb_multi":  # BigCodeBench bugs first, then LiveCodeBench shortest first (a --limit keeps both)
         return sorted(data.pdb_multi(), key=lambda p: (p.group.startswith("livecodebench/"), len(p.code), p.id))
     if name == "condefects":
         return _sample(_short(list(data.iter_split(data.condefects(), "test")), cfg), cfg.condefects_test, cfg.seed)
-    raise ValueError(f"unknown evaluation set {name!r}; choose humanevalfix, pdb_multi or condefects")
+    raise ValueError(f"unknown evaluation set {name!r}; choose one of {EVALUATION_SETS}")
 
 
-EVALUATION_SETS = ("humanevalfix", "pdb_multi", "condefects")
+EVALUATION_SETS = ("humanevalfix", "humanevalfix_docs", "pdb_multi", "condefects")
 
 
 def training_programs(split: str, cfg: DataConfig = DataConfig()) -> tuple[list[Program], list[Program]]:
@@ -126,9 +132,10 @@ def build_examples(
     """Score (cached) and turn real programs into examples; `cached_only` skips programs not scored yet."""
     out = []
     for i, program in enumerate(programs):
-        if cached_only and not scorer.is_cached(program.code):
+        prefix = description_prefix(program.description)
+        if cached_only and not scorer.is_cached(program.code, prefix):
             continue
-        out.append(example_from(program, scorer.score(program.code)))
+        out.append(example_from(program, scorer.score(program.code, prefix)))
         if progress and (i + 1) % 20 == 0:
             progress(f"{i + 1}/{len(programs)} programs")
     return out
@@ -146,11 +153,12 @@ def build_synthetic(
     for i, base in enumerate(bases):
         seed = int(hashlib.sha256(f"{cfg.seed}\0{base.id}".encode()).hexdigest()[:8], 16)
         muts = mutant_programs(base, cfg.mutants_per_base, seed=seed)
+        prefix = description_prefix(base.description)
         if cached_only:
-            muts = [m for m in muts if scorer.is_cached(scorer.mutant_key(base.code, m[0].code))]
+            muts = [m for m in muts if scorer.is_cached(scorer.mutant_key(base.code, m[0].code), prefix)]
         if not muts:
             continue
-        token_lists = scorer.score_mutants(base.code, [p.code for p, _, _ in muts])
+        token_lists = scorer.score_mutants(base.code, [p.code for p, _, _ in muts], prefix=prefix)
         for (program, start, end), tokens in zip(muts, token_lists, strict=True):
             units = lexical_units(program.code)
             target = next((k for k, u in enumerate(units) if u.end > start and (u.start < end or start == end)), -1)

@@ -1,7 +1,8 @@
 """The diagnostic localizer: code in, ranked suspicious lines out (FLARE's model over the LLM's confidence).
 
-Confidences come from the local scorer (the embedded SmolLM2) or, when the caller already has log-probs from the
-LLM that wrote the code (an OpenAI-compatible response), from those tokens directly.
+Confidences come from the local scorer (the embedded SmolLM2), which reads the problem's description (an issue's
+text, a docstring) before the code, or, when the caller already has log-probs from the LLM that wrote the code (an
+OpenAI-compatible response), from those tokens directly.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from localization.confidence import TokenLogprob, unit_confidences
 from localization.features import featurize, variants_of
 from localization.model import Checkpoint, line_scores
-from localization.scorer import LocalScorer
+from localization.scorer import LocalScorer, description_prefix
 from localization.suspects import LocalizationRequest, Suspect
 from localization.units import lexical_units
 
@@ -48,12 +49,14 @@ class DiagnosticLocalizer:
             self._scorer = LocalScorer()
         return self._scorer
 
-    def rank_lines(self, code: str, tokens: list[TokenLogprob] | None = None) -> list[RankedLine]:
-        """Every line holding code, most suspicious first. `tokens` (with log-probs) skip the local scorer."""
+    def rank_lines(self, code: str, tokens: list[TokenLogprob] | None = None, description: str = ""
+                   ) -> list[RankedLine]:
+        """Every line holding code, most suspicious first. `tokens` (with log-probs) skip the local scorer, which
+        otherwise reads `description` (what the code should do) first: code that contradicts it becomes improbable."""
         units = [u for u in lexical_units(code, self.language)]
         if not units:
             return []
-        tokens = tokens if tokens is not None else self.scorer.score(code)
+        tokens = tokens if tokens is not None else self.scorer.score(code, description_prefix(description))
         wanted = self.checkpoint.config.confidence
         confs = {v: unit_confidences(units, tokens, code, v) for v in variants_of(wanted)}
         feats = featurize(units, confs, self.checkpoint.vocab, wanted)
@@ -79,6 +82,6 @@ class DiagnosticLocalizer:
         for path, text in request.files.items():
             if not path.endswith(".py"):
                 continue
-            for r in self.rank_lines(text)[: self.top_k]:
+            for r in self.rank_lines(text, description=request.problem_statement)[: self.top_k]:
                 suspects.append(Suspect(path, r.line, r.line, r.score, self.name, r.evidence))
         return sorted(suspects, key=lambda s: -s.score)

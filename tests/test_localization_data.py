@@ -1,7 +1,13 @@
 """Training data: held-out sets stay out, splits are by base task, mutations make parsable, located bugs."""
 
 from localization import data
-from localization.dataset import DataConfig, first_buggy_unit, mutant_programs, training_programs
+from localization.dataset import (
+    DataConfig,
+    evaluation_programs,
+    first_buggy_unit,
+    mutant_programs,
+    training_programs,
+)
 from localization.mutations import OPERATORS, mutants
 from localization.units import _parser, lexical_units
 
@@ -57,3 +63,19 @@ def test_first_buggy_unit_of_a_real_bug_is_the_changed_token():
     units = lexical_units(program.code)
     target = first_buggy_unit(units, program.code, program.fixed_code, program.buggy_lines)
     assert units[target].line == 8 and units[target].text == "elem"
+
+
+def test_programs_carry_their_task_description_and_mutants_keep_it():
+    base = next(p for p in data.bigcodebench_solutions() if p.id == "BigCodeBench/104")
+    assert base.description.startswith("Analyzes the groups in a DataFrame") and "Parameters:" in base.description
+    assert all(p.description for p in data.livecodebench_solutions()[:20] + data.debugbench()[:20])
+    assert all(not p.description for p in data.condefects()[:20])  # AtCoder statements are not in the data
+    assert {m.description for m, _, _ in mutant_programs(base, 3, seed=0)} == {base.description}
+
+
+def test_humanevalfix_comes_with_and_without_its_docstring():
+    plain, docs = evaluation_programs("humanevalfix"), evaluation_programs("humanevalfix_docs")
+    assert [p.code for p in plain] == [p.code for p in docs] and len(docs) == 164
+    assert not any(p.description for p in plain)
+    flip = next(p for p in docs if p.entry_point == "flip_case")
+    assert "lowercase characters to uppercase" in flip.description

@@ -10,7 +10,7 @@ from agent.cli import main as pinpoint
 from localization.data import bigcodebench_solutions, humanevalfix
 from localization.diagnostic import DEFAULT_CHECKPOINT, DiagnosticLocalizer
 from localization.mutations import mutants
-from localization.scorer import LocalScorer
+from localization.scorer import LocalScorer, description_prefix
 from localization.suspects import LocalizationRequest, Localizer
 
 pytestmark = pytest.mark.slow
@@ -43,13 +43,30 @@ def test_windows_and_batches_do_not_change_the_prefix(scorer):
     assert both[0] == full
 
 
-def test_mutants_are_scored_exactly_up_to_the_change_and_just_after(scorer):
-    base = bigcodebench_solutions()[2].code
+def test_a_description_read_first_conditions_the_code_and_is_cached_apart(scorer):
+    programs = humanevalfix()[:6]
+    for program in programs:
+        prefix = description_prefix(program.description)
+        told, untold = scorer.score(program.code, prefix), scorer.score(program.code)
+        assert [(t.start, t.end) for t in told] == [(t.start, t.end) for t in untold]  # offsets are into the code
+        assert scorer.is_cached(program.code, prefix) and told != untold
+        as_one_text = [t.logprob for t in scorer.score(prefix + program.code) if t.start >= len(prefix)]
+        assert all(abs(a.logprob - b) < 1e-3 for a, b in zip(told, as_one_text, strict=True))
+        # told what the function should do, the LLM finds its correct code more probable
+        fixed_told, fixed_untold = (sum(t.logprob for t in scorer.score(program.fixed_code, pre))
+                                    for pre in (prefix, ""))
+        assert fixed_told > fixed_untold
+
+
+@pytest.mark.parametrize("described", [False, True])
+def test_mutants_are_scored_exactly_up_to_the_change_and_just_after(scorer, described):
+    program = bigcodebench_solutions()[2]
+    base, prefix = program.code, description_prefix(program.description) if described else ""
     muts = [m.code for m in mutants(base, 2, seed=1)]
-    fast = scorer.score_mutants(base, muts, after=24)
+    fast = scorer.score_mutants(base, muts, after=24, prefix=prefix)
     exact = LocalScorer(cache_dir=scorer.cache_dir / "exact")
     exact._model, exact._tokenizer = scorer._load()
-    for code, approx, ref in zip(muts, fast, exact.score_many(muts), strict=True):
+    for code, approx, ref in zip(muts, fast, exact.score_many(muts, [prefix] * len(muts)), strict=True):
         assert [(t.start, t.end) for t in approx] == [(t.start, t.end) for t in ref]
         first = next(i for i, (a, b) in enumerate(zip(code, base, strict=False)) if a != b)
         near = [i for i, t in enumerate(ref) if t.end > first][:20]
@@ -65,18 +82,26 @@ def test_localizer_ranks_lines_of_real_buggy_code(scorer):
     code_lines = {i + 1 for i, text in enumerate(program.code.splitlines()) if text.strip()}
     assert {r.line for r in ranked} == code_lines
     assert [r.score for r in ranked] == sorted((r.score for r in ranked), reverse=True)
-    suspects = localizer.localize(LocalizationRequest(files={"close.py": program.code, "README.md": "# hi"}))
+    request = LocalizationRequest(problem_statement=program.description,
+                                  files={"close.py": program.code, "README.md": "# hi"})
+    suspects = localizer.localize(request)
     assert len(suspects) == 3 and {s.path for s in suspects} == {"close.py"}
     assert all(s.signal == "flare" and "log-prob" in s.evidence for s in suspects)
+    assert scorer.is_cached(program.code, description_prefix(program.description))  # the issue text was read
 
 
 def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeypatch, capsys):
-    scorer.score_many([p.code for p in humanevalfix()[:4]])  # so the command finds them cached, no second load
+    programs = humanevalfix()[:4]  # scored here, so the command finds them cached and loads no second model
+    scorer.score_many([p.code for p in programs] * 2, [""] * 4 + [description_prefix(p.description) for p in programs])
     monkeypatch.setenv("PINPOINT_CACHE", str(scorer.cache_dir.parent))
     out = tmp_path / "eval.json"
-    assert pinpoint(["eval-localization", "--sets", "humanevalfix", "--limit", "4", "--json", str(out)]) == 0
+    args = ["eval-localization", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "4", "--json", str(out)]
+    assert pinpoint(args) == 0
     assert "sbfl (ochiai)" in capsys.readouterr().out
-    rows = json.loads(out.read_text())["results"]["humanevalfix"]
-    assert {r["method"] for r in rows} == {"diagnostic (FLARE)", "random line", "lowest confidence", "sbfl (ochiai)",
-                                          "diagnostic + sbfl"}
-    assert all(r["n"] == 4 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in rows)
+    results = json.loads(out.read_text())["results"]
+    for name in ("humanevalfix", "humanevalfix_docs"):
+        assert {r["method"] for r in results[name]} == {"diagnostic (FLARE)", "random line", "lowest confidence",
+                                                        "sbfl (ochiai)", "diagnostic + sbfl"}
+        assert all(r["n"] == 4 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
+    sbfl = {name: next(r for r in rows if r["method"] == "sbfl (ochiai)") for name, rows in results.items()}
+    assert sbfl["humanevalfix"] == sbfl["humanevalfix_docs"]  # the tests do not read the docstring
