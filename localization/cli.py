@@ -12,8 +12,9 @@ from pathlib import Path
 def register(subparsers) -> None:
     p = subparsers.add_parser("train-diagnostic", help="train the FLARE diagnostic model (CPU; scores are cached)")
     p.add_argument("--config", choices=["small", "paper"], default="small")
-    p.add_argument("--confidence", choices=["sum", "mean", "length", "all"], default=None,
-                   help="confidence variant(s) the model reads (default: the config's, `all`)")
+    p.add_argument("--confidence", choices=["sum", "mean", "length", "all", "all+shift"], default=None,
+                   help="confidence variant(s) the model reads (default: the config's); `all+shift` adds how much "
+                        "reading the task's description moved each unit's confidence")
     p.add_argument("--out", type=Path, default=None, help="checkpoint path (default: the shipped default's path)")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--lr", type=float, default=None, help="default 1e-4 (paper) / 1e-3 (small)")

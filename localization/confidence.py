@@ -5,6 +5,9 @@ units ("()"), or a unit may take several tokens ("enumerate" = "enum"+"erate"). 
 its non-whitespace characters overlap. FLARE's confidence is the sum of the aligned log-probs; `mean` divides by the
 token count and `length` by the unit's character count (so long names and strings are not penalised for their
 length). A unit no token covers (the scorer saw no prefix for it, or the text was cut) gets `None`, never a made-up 0.
+
+`shift` compares two readings of the same code: the sum read after the task's description minus the sum read
+without it. Code the description makes more probable rises; code that contradicts it does not (or falls).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from localization.units import Unit
 
 VARIANTS = ("sum", "mean", "length")
+SHIFT = "shift"
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,17 @@ def unit_confidences(
         elif variant == "length":
             total /= max(1, unit.end - unit.start)
         out.append(total)
+    return out
+
+
+def program_confidences(
+    units: Sequence[Unit], code: str, tokens: Sequence[TokenLogprob], undescribed: Sequence[TokenLogprob] | None = None
+) -> dict[str, list[float | None]]:
+    """Every variant of `VARIANTS` from `tokens`, and `shift` against `undescribed`: the same code's tokens read
+    without its description (no description, or none given: every shift is `None`, which the model sees as absent)."""
+    out = {v: unit_confidences(units, tokens, code, v) for v in VARIANTS}
+    plain = unit_confidences(units, undescribed, code, "sum") if undescribed is not None else [None] * len(units)
+    out[SHIFT] = [a - b if a is not None and b is not None else None for a, b in zip(out["sum"], plain, strict=True)]
     return out
 
 

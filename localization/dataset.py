@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from localization import data
-from localization.confidence import TokenLogprob, unit_confidences
+from localization.confidence import TokenLogprob, program_confidences
 from localization.data import Program
 from localization.mutations import mutants
 from localization.scorer import description_prefix
@@ -65,9 +65,11 @@ def first_buggy_unit(units: Sequence[Unit], code: str, fixed: str | None, gold_l
     return next((i for i, u in enumerate(units) if u.line in gold and u.type != "comment"), -1)
 
 
-def example_from(program: Program, tokens: list[TokenLogprob], target: int | None = None) -> Example:
+def example_from(program: Program, tokens: list[TokenLogprob], target: int | None = None,
+                 undescribed: list[TokenLogprob] | None = None) -> Example:
+    """`tokens` read after the program's description; `undescribed`, the same code read without it."""
     units = lexical_units(program.code)
-    confidences = {v: unit_confidences(units, tokens, program.code, v) for v in ("sum", "mean", "length")}
+    confidences = program_confidences(units, program.code, tokens, undescribed)
     if target is None:
         target = first_buggy_unit(units, program.code, program.fixed_code, program.buggy_lines)
     return Example(program.id, program.group, program.source, program.code, units, confidences, target,
@@ -133,9 +135,10 @@ def build_examples(
     out = []
     for i, program in enumerate(programs):
         prefix = description_prefix(program.description)
-        if cached_only and not scorer.is_cached(program.code, prefix):
+        if cached_only and not (scorer.is_cached(program.code, prefix) and scorer.is_cached(program.code)):
             continue
-        out.append(example_from(program, scorer.score(program.code, prefix)))
+        undescribed = scorer.score(program.code) if prefix else None
+        out.append(example_from(program, scorer.score(program.code, prefix), undescribed=undescribed))
         if progress and (i + 1) % 20 == 0:
             progress(f"{i + 1}/{len(programs)} programs")
     return out
@@ -155,14 +158,17 @@ def build_synthetic(
         muts = mutant_programs(base, cfg.mutants_per_base, seed=seed)
         prefix = description_prefix(base.description)
         if cached_only:
-            muts = [m for m in muts if scorer.is_cached(scorer.mutant_key(base.code, m[0].code), prefix)]
+            muts = [m for m in muts if all(scorer.is_cached(scorer.mutant_key(base.code, m[0].code), p)
+                                           for p in {prefix, ""})]
         if not muts:
             continue
-        token_lists = scorer.score_mutants(base.code, [p.code for p, _, _ in muts], prefix=prefix)
-        for (program, start, end), tokens in zip(muts, token_lists, strict=True):
+        codes = [p.code for p, _, _ in muts]
+        token_lists = scorer.score_mutants(base.code, codes, prefix=prefix)
+        undescribed = scorer.score_mutants(base.code, codes) if prefix else [None] * len(muts)
+        for (program, start, end), tokens, plain in zip(muts, token_lists, undescribed, strict=True):
             units = lexical_units(program.code)
             target = next((k for k, u in enumerate(units) if u.end > start and (u.start < end or start == end)), -1)
-            out.append(example_from(program, tokens, target))
+            out.append(example_from(program, tokens, target, plain))
         if progress and (i + 1) % 20 == 0:
             progress(f"{i + 1}/{len(bases)} bases")
     return out

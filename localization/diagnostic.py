@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from localization.confidence import TokenLogprob, unit_confidences
+from localization.confidence import SHIFT, TokenLogprob, program_confidences
 from localization.features import featurize, variants_of
 from localization.model import Checkpoint, line_scores
 from localization.scorer import LocalScorer, description_prefix
@@ -56,9 +56,14 @@ class DiagnosticLocalizer:
         units = [u for u in lexical_units(code, self.language)]
         if not units:
             return []
-        tokens = tokens if tokens is not None else self.scorer.score(code, description_prefix(description))
         wanted = self.checkpoint.config.confidence
-        confs = {v: unit_confidences(units, tokens, code, v) for v in variants_of(wanted)}
+        undescribed = None
+        if tokens is None:
+            prefix = description_prefix(description)
+            tokens = self.scorer.score(code, prefix)
+            if prefix and SHIFT in variants_of(wanted):
+                undescribed = self.scorer.score(code)
+        confs = program_confidences(units, code, tokens, undescribed)
         feats = featurize(units, confs, self.checkpoint.vocab, wanted)
         with torch.no_grad():
             logits = self.model.score_units(feats)

@@ -134,11 +134,12 @@ def evaluate(
 
 
 def format_table(table: dict[str, list[dict]]) -> str:
-    lines = [f"{'dataset':<14} {'method':<20} {'n':>5} {'top1':>7} {'top3':>7} {'top10':>7}"]
+    width = max([14, *(len(name) for name in table)])
+    lines = [f"{'dataset':<{width}} {'method':<20} {'n':>5} {'top1':>7} {'top3':>7} {'top10':>7}"]
     for dataset, rows in table.items():
         for row in rows:
             lines.append(
-                f"{dataset:<14} {row['method']:<20} {row['n']:>5} "
+                f"{dataset:<{width}} {row['method']:<20} {row['n']:>5} "
                 + " ".join(f"{100 * row[f'top{k}']:>6.1f}%" for k in KS)
             )
     return "\n".join(lines)

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from localization.confidence import VARIANTS
+from localization.confidence import SHIFT, VARIANTS
 from localization.units import UNIT_TYPES, Unit
 
 PAD, UNK = "<pad>", "<unk>"
 _COLLAPSED = {"string": "<string>", "comment": "<comment>"}
-#: confidences below this are clipped: a 100-token string should not dominate the projection
+#: confidences (and shifts) beyond +-this are clipped: a 100-token string should not dominate the projection
 CONF_FLOOR = -30.0
 CONF_SCALE = 5.0
 
@@ -52,8 +52,9 @@ def type_id(unit: Unit) -> int:
 
 
 def variants_of(confidence: str) -> tuple[str, ...]:
-    """The confidence variants a model reads: one of `confidence.VARIANTS`, or `all` of them."""
-    return VARIANTS if confidence == "all" else (confidence,)
+    """The confidence variants a model reads: one of `confidence.VARIANTS`, `all` of them, or `all+shift` (and the
+    shift the task's description makes, see `confidence.program_confidences`)."""
+    return {"all": VARIANTS, f"all+{SHIFT}": (*VARIANTS, SHIFT)}.get(confidence, (confidence,))
 
 
 def conf_features(confidence: str) -> int:
@@ -80,7 +81,7 @@ def featurize(
     columns = []
     for variant in variants_of(confidence):
         values = confidences[variant]
-        columns.append([max(v, CONF_FLOOR) / CONF_SCALE if v is not None else 0.0 for v in values])
+        columns.append([min(max(v, CONF_FLOOR), -CONF_FLOOR) / CONF_SCALE if v is not None else 0.0 for v in values])
         columns.append(_ranks(values))
     columns.append([1.0 if v is None else 0.0 for v in confidences[variants_of(confidence)[0]]])
     conf = torch.tensor(columns, dtype=torch.float32).T.reshape(len(units), -1)

@@ -4,7 +4,13 @@ import math
 
 import pytest
 
-from localization.confidence import TokenLogprob, align, tokens_from_openai, unit_confidences
+from localization.confidence import (
+    TokenLogprob,
+    align,
+    program_confidences,
+    tokens_from_openai,
+    unit_confidences,
+)
 from localization.units import lexical_units
 
 CODE = "return foo(x)\n"
@@ -34,6 +40,15 @@ def test_sum_mean_and_length_variants():
     assert math.isclose(length[0], -0.5 / 6) and math.isclose(length[1], -3.0 / 3)
     with pytest.raises(ValueError, match="unknown confidence variant 'median'"):
         unit_confidences(units, TOKENS, CODE, "median")
+
+
+def test_shift_is_what_reading_the_description_added_to_each_unit():
+    units = lexical_units(CODE)
+    undescribed = [TokenLogprob(t.start, t.end, t.logprob - 1.0) for t in TOKENS[:-2]]  # `)` was not scored
+    confs = program_confidences(units, CODE, TOKENS, undescribed)
+    assert confs["sum"] == unit_confidences(units, TOKENS, CODE, "sum")
+    assert confs["shift"] == [1.0, 2.0, 1.0, 1.0, None]  # `foo` has two tokens: each gained 1
+    assert program_confidences(units, CODE, TOKENS)["shift"] == [None] * 5  # no second reading: absent, not 0
 
 
 def test_units_without_a_token_get_none_not_zero():

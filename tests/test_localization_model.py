@@ -1,5 +1,8 @@
 """The diagnostic model: shapes, padding, line max-pooling, long inputs, checkpoints, and that training learns."""
 
+from dataclasses import replace
+
+import pytest
 import torch
 
 from localization.confidence import TokenLogprob
@@ -62,20 +65,29 @@ def test_checkpoint_round_trip_keeps_config_vocabulary_and_metrics(tmp_path):
     assert torch.allclose(back.model().score_units(feats), model.score_units(feats), atol=2e-2)  # fp16 storage
 
 
-def test_tiny_training_run_beats_its_start_on_real_mutants():
+@pytest.mark.parametrize("channel", ["all", "all+shift"])
+def test_tiny_training_run_beats_its_start_on_real_mutants(channel):
     """Real code, real mutation operators; the confidence here is a stand-in (the edited unit is improbable), so
-    the test checks that training learns to use the confidence channel together with tokens and types."""
+    the test checks that training learns to use the confidence channel together with tokens and types. With
+    `all+shift` the bug shows only in the shift: every unit is equally probable after the description, and the
+    edited one alone was more probable without it."""
     examples = []
     for i, base in enumerate(bigcodebench_solutions()[:40]):
         for program, start, end in mutant_programs(base, 2, seed=i):
             code = program.code
-            tokens = [TokenLogprob(u.start, u.end, -8.0 if u.end > start and u.start < max(end, start + 1) else -0.5)
-                      for u in lexical_units(code)]
-            examples.append(example_from(program, tokens, target=next(
-                k for k, u in enumerate(lexical_units(code)) if u.end > start)))
+            units = lexical_units(code)
+            edited = [u.end > start and u.start < max(end, start + 1) for u in units]
+            if channel == "all":
+                told, plain = [TokenLogprob(u.start, u.end, -8.0 if e else -0.5) for u, e in zip(units, edited,
+                                                                                                  strict=True)], None
+            else:
+                told = [TokenLogprob(u.start, u.end, -2.0) for u in units]
+                plain = [TokenLogprob(u.start, u.end, -0.5 if e else -8.0) for u, e in zip(units, edited, strict=True)]
+            target = next(k for k, u in enumerate(units) if u.end > start)
+            examples.append(example_from(program, told, target, undescribed=plain))
     train_set, val_set = examples[:60], examples[60:]
     cfg = TrainConfig(epochs=5, batch_size=8, lr=3e-3, seed=0, ema=0.7)  # 40 steps: a short average
-    ckpt = train(train_set, val_set, TINY, cfg, log=lambda _: None)
+    ckpt = train(train_set, val_set, replace(TINY, confidence=channel), cfg, log=lambda _: None)
     start, best = ckpt.training["history"][0], ckpt.metrics["val"]
     assert best["exact_match"] > start["exact_match"] + 0.2
     assert evaluate_examples(ckpt.model(), val_set, ckpt.vocab)["top1"] >= best["exact_match"]
@@ -89,6 +101,9 @@ def test_confidence_features_carry_value_rank_and_missing_flag():
     # value/5, rank among the units (0 = least confident), missing flag
     assert torch.allclose(one, torch.tensor([[-0.2, 0.5, 0.0], [0.0, 1.0, 1.0], [-0.6, 0.0, 0.0]]))
     assert featurize(units, confs, vocab, "all")["conf"].shape == (3, 7)
+    shifted = featurize(units, confs | {"shift": [40.0, None, -2.0]}, vocab, "all+shift")["conf"]
+    assert shifted.shape == (3, 9)
+    assert torch.allclose(shifted[:, 6:8], torch.tensor([[6.0, 0.5], [0.0, 1.0], [-0.4, 0.0]]))  # clipped at +30
 
 
 def test_token_dropout_hides_only_names_and_numbers_of_real_units():
