@@ -1,8 +1,9 @@
 """Benchmark: diagnostic inference on a 500-line file beside the time of one test run, measured in the same run.
 
 The file is real code (the first N lines of the standard library's `argparse.py`). Inference is timed in parts:
-the model alone on given confidences (what it costs when the LLM that wrote the code returned log-probs) and the
-full path with the embedded LLM scoring the file (uncached). The baselines are one pytest run of one real test
+the model alone on given confidences (what it costs when the LLM that wrote the code returned log-probs), the
+full path with the embedded LLM scoring the file (uncached), and the path the agent takes with an issue's text:
+the file read after the issue (and, for a model that reads the shift, without it too). The baselines are one pytest run of one real test
 and one HumanEvalFix task's tests in a fresh interpreter, both subprocesses as the agent would run them.
 """
 
@@ -22,6 +23,10 @@ from localization.diagnostic import DiagnosticLocalizer
 from localization.scorer import LocalScorer
 from localization.spectrum import run_tests_with_coverage
 from localization.units import lexical_units
+
+#: an issue a user might file against the benchmark's file
+ISSUE = ("argparse: an optional argument declared with nargs='?' and a const ignores `type` for the const value, so "
+         "parse_args(['--level']) returns the raw string instead of calling the type function on it.")
 
 
 def real_file(lines: int) -> str:
@@ -60,6 +65,9 @@ def run_benchmark(lines: int = 500, checkpoint: Path | None = None) -> str:
         llm_load_s, _ = _timed(scorer._load)
         score_s, tokens = _timed(lambda: scorer.score(code))
         model_s, ranked = _timed(lambda: localizer.rank_lines(code, tokens=tokens))
+        described_s, _ = _timed(lambda: localizer.rank_lines(code, description=ISSUE))
+        if localizer.reads_shift:  # its reading without the issue came from the cache: count what it cost above
+            described_s += score_s
     units = lexical_units(code)
     missing = sum(c is None for c in unit_confidences(units, tokens, code))
     task = humanevalfix()[0]
@@ -73,9 +81,12 @@ def run_benchmark(lines: int = 500, checkpoint: Path | None = None) -> str:
         f"embedded LLM load                     {llm_load_s:8.3f} s (once)",
         f"inference, confidences given          {model_s:8.3f} s",
         f"inference, with local LLM scoring     {full:8.3f} s",
+        f"inference, with an issue's text       {described_s:8.3f} s"
+        f" ({2 if localizer.reads_shift else 1} LLM readings)",
         f"baseline: one pytest run (1 test)     {pytest_s:8.3f} s",
         f"baseline: one HumanEvalFix test run   {hef_s:8.3f} s",
         f"ratio model-only / pytest run         {model_s / pytest_s:8.3f}",
         f"ratio with-scoring / pytest run       {full / pytest_s:8.3f}",
+        f"ratio with-issue / pytest run         {described_s / pytest_s:8.3f}",
         f"top suspect: line {ranked[0].line} ({ranked[0].evidence})" if ranked else "no lines",
     ])

@@ -44,6 +44,11 @@ class DiagnosticLocalizer:
         self.language = language
 
     @property
+    def reads_shift(self) -> bool:
+        """Whether the model compares the code read with and without its description (two LLM readings)."""
+        return SHIFT in variants_of(self.checkpoint.config.confidence)
+
+    @property
     def scorer(self) -> LocalScorer:
         if self._scorer is None:
             self._scorer = LocalScorer()
@@ -61,7 +66,7 @@ class DiagnosticLocalizer:
         if tokens is None:
             prefix = description_prefix(description)
             tokens = self.scorer.score(code, prefix)
-            if prefix and SHIFT in variants_of(wanted):
+            if prefix and self.reads_shift:
                 undescribed = self.scorer.score(code)
         confs = program_confidences(units, code, tokens, undescribed)
         feats = featurize(units, confs, self.checkpoint.vocab, wanted)
