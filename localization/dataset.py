@@ -51,6 +51,8 @@ class DataConfig:
     #: the validation split takes this fraction of each training count
     val_fraction: float = 0.25
     condefects_test: int = 120
+    #: also train on each described program read without its description (users do not always give one)
+    undescribed_twins: bool = True
 
 
 def first_buggy_unit(units: Sequence[Unit], code: str, fixed: str | None, gold_lines: Iterable[int]) -> int:
@@ -125,6 +127,9 @@ def training_programs(split: str, cfg: DataConfig = DataConfig()) -> tuple[list[
     bases = pick(data.bigcodebench_solutions(), cfg.bigcodebench_bases)
     bases += pick(data.livecodebench_solutions(), cfg.livecodebench_bases)
     real = pick(data.debugbench(), cfg.debugbench) + pick(data.condefects(), cfg.condefects_train)
+    if cfg.undescribed_twins:
+        bases += [replace(p, description="") for p in bases if p.description]
+        real += [replace(p, description="") for p in real if p.description]
     return bases, real
 
 

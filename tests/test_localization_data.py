@@ -79,3 +79,13 @@ def test_humanevalfix_comes_with_and_without_its_docstring():
     assert not any(p.description for p in plain)
     flip = next(p for p in docs if p.entry_point == "flip_case")
     assert "lowercase characters to uppercase" in flip.description
+
+
+def test_described_training_programs_also_come_without_their_description():
+    bases, real = training_programs("val", DataConfig())
+    for pool in (bases, real):
+        described = [p for p in pool if p.description]
+        twins = {p.id for p in pool if not p.description and p.source != "condefects"}
+        assert described and {p.id for p in described} == twins
+    alone, _ = training_programs("val", DataConfig(undescribed_twins=False))
+    assert len(bases) == 2 * len(alone)  # every base has a description
