@@ -3,15 +3,19 @@ diagnostic localizer and evaluation command on real buggy code. Loads the model 
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
 from agent.cli import main as pinpoint
 from localization.data import bigcodebench_solutions, humanevalfix
 from localization.diagnostic import DEFAULT_CHECKPOINT, DiagnosticLocalizer
+from localization.features import Vocabulary
+from localization.model import SMALL, Checkpoint, DiagnosticModel
 from localization.mutations import mutants
 from localization.scorer import LocalScorer, description_prefix
 from localization.suspects import LocalizationRequest, Localizer
+from localization.units import lexical_units
 
 pytestmark = pytest.mark.slow
 
@@ -105,3 +109,15 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
         assert all(r["n"] == 4 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
     sbfl = {name: next(r for r in rows if r["method"] == "sbfl (ochiai)") for name, rows in results.items()}
     assert sbfl["humanevalfix"] == sbfl["humanevalfix_docs"]  # the tests do not read the docstring
+
+
+def test_a_model_that_reads_the_shift_reads_the_code_with_and_without_the_issue(scorer):
+    program = humanevalfix()[10]  # not scored by the tests above
+    config = replace(SMALL, confidence="all+shift")
+    vocab = Vocabulary.build([lexical_units(program.code)])
+    localizer = DiagnosticLocalizer(Checkpoint(config, vocab, DiagnosticModel(config, len(vocab)).state_dict()),
+                                    scorer=scorer)
+    assert localizer.reads_shift and not DiagnosticLocalizer(DEFAULT_CHECKPOINT, scorer=scorer).reads_shift
+    ranked = localizer.rank_lines(program.code, description=program.description)
+    assert scorer.is_cached(program.code, description_prefix(program.description)) and scorer.is_cached(program.code)
+    assert {r.line for r in ranked} == {i + 1 for i, text in enumerate(program.code.splitlines()) if text.strip()}
