@@ -82,7 +82,7 @@ def run_benchmark(lines: int = 500, checkpoint: Path | None = None) -> str:
         f"inference, confidences given          {model_s:8.3f} s",
         f"inference, with local LLM scoring     {full:8.3f} s",
         f"inference, with an issue's text       {described_s:8.3f} s"
-        f" ({2 if localizer.reads_shift else 1} LLM readings)",
+        f" ({'2 LLM readings' if localizer.reads_shift else '1 LLM reading'})",
         f"baseline: one pytest run (1 test)     {pytest_s:8.3f} s",
         f"baseline: one HumanEvalFix test run   {hef_s:8.3f} s",
         f"ratio model-only / pytest run         {model_s / pytest_s:8.3f}",
