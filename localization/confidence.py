@@ -50,10 +50,28 @@ def unit_confidences(
     units: Sequence[Unit], tokens: Sequence[TokenLogprob], code: str, variant: str = "sum"
 ) -> list[float | None]:
     """Each unit's confidence under `variant` (see module doc); `None` where no token is aligned."""
+    return _variant(units, tokens, align(units, tokens, code), variant)
+
+
+def program_confidences(
+    units: Sequence[Unit], code: str, tokens: Sequence[TokenLogprob], undescribed: Sequence[TokenLogprob] | None = None
+) -> dict[str, list[float | None]]:
+    """Every variant of `VARIANTS` from `tokens`, and `shift` against `undescribed`: the same code's tokens read
+    without its description (no description, or none given: every shift is `None`, which the model sees as absent)."""
+    aligned = align(units, tokens, code)  # once for all variants
+    out = {v: _variant(units, tokens, aligned, v) for v in VARIANTS}
+    plain = unit_confidences(units, undescribed, code, "sum") if undescribed is not None else [None] * len(units)
+    out[SHIFT] = [a - b if a is not None and b is not None else None for a, b in zip(out["sum"], plain, strict=True)]
+    return out
+
+
+def _variant(
+    units: Sequence[Unit], tokens: Sequence[TokenLogprob], aligned: list[list[int]], variant: str
+) -> list[float | None]:
     if variant not in VARIANTS:
         raise ValueError(f"unknown confidence variant {variant!r}; choose one of {VARIANTS}")
     out: list[float | None] = []
-    for unit, idx in zip(units, align(units, tokens, code), strict=True):
+    for unit, idx in zip(units, aligned, strict=True):
         if not idx:
             out.append(None)
             continue
@@ -63,17 +81,6 @@ def unit_confidences(
         elif variant == "length":
             total /= max(1, unit.end - unit.start)
         out.append(total)
-    return out
-
-
-def program_confidences(
-    units: Sequence[Unit], code: str, tokens: Sequence[TokenLogprob], undescribed: Sequence[TokenLogprob] | None = None
-) -> dict[str, list[float | None]]:
-    """Every variant of `VARIANTS` from `tokens`, and `shift` against `undescribed`: the same code's tokens read
-    without its description (no description, or none given: every shift is `None`, which the model sees as absent)."""
-    out = {v: unit_confidences(units, tokens, code, v) for v in VARIANTS}
-    plain = unit_confidences(units, undescribed, code, "sum") if undescribed is not None else [None] * len(units)
-    out[SHIFT] = [a - b if a is not None and b is not None else None for a, b in zip(out["sum"], plain, strict=True)]
     return out
 
 

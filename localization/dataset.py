@@ -140,7 +140,7 @@ def build_examples(
     out = []
     for i, program in enumerate(programs):
         prefix = description_prefix(program.description)
-        if cached_only and not (scorer.is_cached(program.code, prefix) and scorer.is_cached(program.code)):
+        if cached_only and not all(scorer.is_cached(program.code, p) for p in {prefix, ""}):
             continue
         undescribed = scorer.score(program.code) if prefix else None
         out.append(example_from(program, scorer.score(program.code, prefix), undescribed=undescribed))
