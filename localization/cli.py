@@ -36,6 +36,9 @@ def register(subparsers) -> None:
                    help="humanevalfix_docs: HumanEvalFix with each function's docstring read before its code")
     p.add_argument("--limit", type=int, default=None, help="at most N programs per set (first N, fixed order)")
     p.add_argument("--no-sbfl", action="store_true", help="skip running HumanEvalFix's tests")
+    p.add_argument("--repair-sets", default="humanevalfix_docs",
+                   help="sets that also get the repair-likelihood rows (the LLM scores each line's one-edit repairs: "
+                        "about 20 CPU s per HumanEvalFix program, cached); empty for none")
     p.add_argument("--json", type=Path, default=None, help="also write the table as JSON here")
     p.set_defaults(func=_eval)
 
@@ -93,13 +96,15 @@ def _eval(args) -> int:
         lowest_confidence_ranker,
         memoized,
         random_ranker,
+        repair_ranker,
         sbfl_ranker,
     )
     from localization.model import Checkpoint
     from localization.scorer import LocalScorer
 
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
-    unknown = [s for s in sets if s not in EVALUATION_SETS]
+    repair_sets = {s.strip() for s in args.repair_sets.split(",") if s.strip()}
+    unknown = [s for s in [*sets, *repair_sets] if s not in EVALUATION_SETS]
     if unknown:
         print(f"unknown evaluation set(s) {unknown}; choose from {list(EVALUATION_SETS)}", file=sys.stderr)
         return 2
@@ -120,10 +125,16 @@ def _eval(args) -> int:
         diagnostic = memoized(diagnostic_ranker(checkpoint))
         rankers = {"diagnostic (FLARE)": diagnostic, "random line": random_ranker,
                    "lowest confidence": lowest_confidence_ranker}
+        repair = memoized(repair_ranker(scorer, {p.id: p.description for p in programs}))
+        if name in repair_sets:
+            rankers["repair likelihood"] = repair
+            rankers["diagnostic + repair"] = fused_ranker([diagnostic, repair])
         if name.startswith("humanevalfix") and not args.no_sbfl:
             sbfl = memoized(sbfl_ranker({p.id: (p.tests, p.entry_point) for p in humanevalfix()}))
             rankers["sbfl (ochiai)"] = sbfl
             rankers["diagnostic + sbfl"] = fused_ranker([diagnostic, sbfl])
+            if name in repair_sets:
+                rankers["diagnostic + repair + sbfl"] = fused_ranker([diagnostic, repair, sbfl])
         table[name] = evaluate(examples, rankers)
     print(f"checkpoint: {checkpoint_path}")
     print(format_table(table))

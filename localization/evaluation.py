@@ -17,6 +17,8 @@ import torch
 from localization.dataset import Example
 from localization.features import featurize
 from localization.model import Checkpoint, line_scores
+from localization.repair import line_gains
+from localization.scorer import LocalScorer
 from localization.spectrum import ochiai, run_tests_with_coverage
 
 KS = (1, 3, 10)
@@ -78,6 +80,17 @@ def sbfl_ranker(tests_of: dict[str, tuple[str, str]]) -> Callable[[Example], dic
         tests, entry = tests_of[ex.id]
         scores = ochiai(run_tests_with_coverage(ex.code, tests, entry))
         return {line: scores.get(line, 0.0) for line in candidate_lines(ex)}
+
+    return rank
+
+
+def repair_ranker(scorer: LocalScorer, descriptions: dict[str, str]) -> Callable[[Example], dict[int, float]]:
+    """Lines by their best one-edit repair's rise in log-probability, the program's description read first
+    (`descriptions[id]`; absent or empty: the code alone). Lines with no candidate repair come last."""
+
+    def rank(ex: Example) -> dict[int, float]:
+        gains = line_gains(ex.code, scorer, descriptions.get(ex.id, ""))
+        return {line: gains.get(line, float("-inf")) for line in candidate_lines(ex)}
 
     return rank
 

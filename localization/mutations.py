@@ -45,7 +45,7 @@ class Mutant:
         return self.code.count("\n", 0, self.bug_start) + 1
 
 
-def _nodes(root) -> Iterator:
+def nodes(root) -> Iterator:
     stack = [root]
     while stack:
         node = stack.pop()
@@ -53,7 +53,7 @@ def _nodes(root) -> Iterator:
         stack.extend(node.children)
 
 
-class _Source:
+class Source:
     """Source text with byte→character conversion for tree-sitter nodes."""
 
     def __init__(self, code: str):
@@ -74,8 +74,8 @@ class _Source:
         return self.code[s:e]
 
 
-def wrong_operator(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for node in _nodes(src.tree.root_node):
+def wrong_operator(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for node in nodes(src.tree.root_node):
         if node.type in {"binary_operator", "comparison_operator", "boolean_operator", "augmented_assignment"}:
             ops = [c for c in node.children if not c.is_named]
             for op in ops:
@@ -90,8 +90,8 @@ def wrong_operator(src: _Source, rng: random.Random) -> Iterator[Edit]:
                     yield Edit(s, e, rep, "wrong_operator")
 
 
-def off_by_one(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for node in _nodes(src.tree.root_node):
+def off_by_one(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for node in nodes(src.tree.root_node):
         if node.type == "integer":
             text = src.text(node)
             if text.isdigit():
@@ -105,8 +105,8 @@ def off_by_one(src: _Source, rng: random.Random) -> Iterator[Edit]:
                 yield Edit(e, e, rng.choice([" + 1", " - 1"]), "off_by_one")
 
 
-def swapped_arguments(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for node in _nodes(src.tree.root_node):
+def swapped_arguments(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for node in nodes(src.tree.root_node):
         if node.type == "argument_list":
             args = [c for c in node.named_children if c.type not in {"comment", "keyword_argument"}]
             for a, b in zip(args, args[1:], strict=False):
@@ -117,11 +117,11 @@ def swapped_arguments(src: _Source, rng: random.Random) -> Iterator[Edit]:
                     yield Edit(s, e, src.text(b) + middle + src.text(a), "swapped_arguments")
 
 
-def wrong_variable(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for func in _nodes(src.tree.root_node):
+def wrong_variable(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for func in nodes(src.tree.root_node):
         if func.type != "function_definition":
             continue
-        idents = [n for n in _nodes(func) if n.type == "identifier" and n.parent is not None
+        idents = [n for n in nodes(func) if n.type == "identifier" and n.parent is not None
                   and n.parent.type not in {"attribute", "keyword_argument", "function_definition", "call"}]
         names = sorted({src.text(n) for n in idents})
         if len(names) < 2:
@@ -134,8 +134,8 @@ def wrong_variable(src: _Source, rng: random.Random) -> Iterator[Edit]:
             yield Edit(s, e, rng.choice([n for n in names if n != text]), "wrong_variable")
 
 
-def dropped_condition(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for node in _nodes(src.tree.root_node):
+def dropped_condition(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for node in nodes(src.tree.root_node):
         if node.type == "boolean_operator":
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
             s, e = src.span(node)
@@ -151,8 +151,8 @@ def dropped_condition(src: _Source, rng: random.Random) -> Iterator[Edit]:
                            "negated_condition")
 
 
-def wrong_constant(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for node in _nodes(src.tree.root_node):
+def wrong_constant(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for node in nodes(src.tree.root_node):
         s, e = src.span(node)
         if node.type in {"true", "false"}:
             yield Edit(s, e, "False" if node.type == "true" else "True", "wrong_constant")
@@ -169,8 +169,8 @@ def wrong_constant(src: _Source, rng: random.Random) -> Iterator[Edit]:
                     yield Edit(s, e, text[0] + inner[:-1] + text[-1], "wrong_constant")
 
 
-def missing_call(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for node in _nodes(src.tree.root_node):
+def missing_call(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for node in nodes(src.tree.root_node):
         if node.type != "call":
             continue
         func, args = node.child_by_field_name("function"), node.child_by_field_name("arguments")
@@ -185,8 +185,8 @@ def missing_call(src: _Source, rng: random.Random) -> Iterator[Edit]:
                 yield Edit(s, e, src.text(obj), "missing_call")
 
 
-def wrong_return(src: _Source, rng: random.Random) -> Iterator[Edit]:
-    for node in _nodes(src.tree.root_node):
+def wrong_return(src: Source, rng: random.Random) -> Iterator[Edit]:
+    for node in nodes(src.tree.root_node):
         if node.type == "return_statement" and node.named_children:
             value = node.named_children[0]
             s, e = src.span(value)
@@ -196,7 +196,7 @@ def wrong_return(src: _Source, rng: random.Random) -> Iterator[Edit]:
             yield Edit(s, e, rng.choice(["None", f"not {text}" if len(text) < 30 else "0"]), "wrong_return")
 
 
-OPERATORS: dict[str, Callable[[_Source, random.Random], Iterator[Edit]]] = {
+OPERATORS: dict[str, Callable[[Source, random.Random], Iterator[Edit]]] = {
     f.__name__: f
     for f in (wrong_operator, off_by_one, swapped_arguments, wrong_variable, dropped_condition, wrong_constant,
               missing_call, wrong_return)
@@ -206,7 +206,7 @@ OPERATORS: dict[str, Callable[[_Source, random.Random], Iterator[Edit]]] = {
 def mutants(code: str, count: int, seed: int = 0) -> list[Mutant]:
     """Up to `count` distinct parsable mutants of `code`, spread over the operators (deterministic per seed)."""
     rng = random.Random(seed)
-    src = _Source(code)
+    src = Source(code)
     by_op = {name: list(op(src, rng)) for name, op in OPERATORS.items()}
     for edits in by_op.values():
         rng.shuffle(edits)
@@ -219,7 +219,7 @@ def mutants(code: str, count: int, seed: int = 0) -> list[Mutant]:
         if not by_op[name]:
             names.remove(name)
         new = code[: edit.start] + edit.replacement + code[edit.end :]
-        if new in seen or _Source(new).tree.root_node.has_error:
+        if new in seen or Source(new).tree.root_node.has_error:
             continue
         seen.add(new)
         out.append(Mutant(new, edit.operator, edit.start, edit.start + len(edit.replacement)))

@@ -13,6 +13,7 @@ from localization.diagnostic import DEFAULT_CHECKPOINT, DiagnosticLocalizer
 from localization.features import Vocabulary
 from localization.model import SMALL, Checkpoint, DiagnosticModel
 from localization.mutations import mutants
+from localization.repair import line_gains
 from localization.scorer import LocalScorer, description_prefix
 from localization.suspects import LocalizationRequest, Localizer
 from localization.units import lexical_units
@@ -95,20 +96,34 @@ def test_localizer_ranks_lines_of_real_buggy_code(scorer):
 
 
 def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeypatch, capsys):
-    programs = humanevalfix()[:4]  # scored here, so the command finds them cached and loads no second model
-    scorer.score_many([p.code for p in programs] * 2, [""] * 4 + [description_prefix(p.description) for p in programs])
+    programs = humanevalfix()[:2]  # scored here, so the command finds them cached and loads no second model
+    scorer.score_many([p.code for p in programs] * 2, [""] * 2 + [description_prefix(p.description) for p in programs])
+    for p in programs:
+        line_gains(p.code, scorer, p.description)
     monkeypatch.setenv("PINPOINT_CACHE", str(scorer.cache_dir.parent))
     out = tmp_path / "eval.json"
-    args = ["eval-localization", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "4", "--json", str(out)]
-    assert pinpoint(args) == 0
+    args = ["eval-localization", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "2", "--json", str(out)]
+    assert pinpoint(args) == 0  # the repair rows default to humanevalfix_docs alone
     assert "sbfl (ochiai)" in capsys.readouterr().out
     results = json.loads(out.read_text())["results"]
+    common = {"diagnostic (FLARE)", "random line", "lowest confidence", "sbfl (ochiai)", "diagnostic + sbfl"}
+    assert {r["method"] for r in results["humanevalfix"]} == common
+    assert {r["method"] for r in results["humanevalfix_docs"]} == common | {
+        "repair likelihood", "diagnostic + repair", "diagnostic + repair + sbfl"}
     for name in ("humanevalfix", "humanevalfix_docs"):
-        assert {r["method"] for r in results[name]} == {"diagnostic (FLARE)", "random line", "lowest confidence",
-                                                        "sbfl (ochiai)", "diagnostic + sbfl"}
-        assert all(r["n"] == 4 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
+        assert all(r["n"] == 2 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
     sbfl = {name: next(r for r in rows if r["method"] == "sbfl (ochiai)") for name, rows in results.items()}
     assert sbfl["humanevalfix"] == sbfl["humanevalfix_docs"]  # the tests do not read the docstring
+
+
+def test_repair_likelihood_points_at_a_real_bug_read_with_its_docstring(scorer):
+    program = next(p for p in humanevalfix() if p.id == "Python/3")  # `balance == 0` should be `balance < 0`
+    gains = line_gains(program.code, scorer, program.description)
+    (bug,) = program.buggy_lines
+    assert max(gains, key=gains.get) == bug and gains[bug] > 0  # its best repair makes the code more probable
+    assert set(gains) < {i + 1 for i, text in enumerate(program.code.splitlines()) if text.strip()}
+    assert line_gains(program.code, scorer, program.description, lines=[bug - 1, bug]) == {
+        line: gains[line] for line in (bug - 1, bug)}
 
 
 def test_a_model_that_reads_the_shift_reads_the_code_with_and_without_the_issue(scorer):

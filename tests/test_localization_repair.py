@@ -1,0 +1,32 @@
+"""Candidate repairs for the repair-likelihood signal (no LLM here; the real scorer's tests are in
+test_localization_scorer.py)."""
+
+from localization.data import humanevalfix
+from localization.mutations import Source
+from localization.repair import repair_edits
+
+CODE = "def last(xs, n):\n    if n == 0:\n        return xs[len(xs)]\n    return xs[n] - 2\n"
+
+
+def _rewrites_on_line(code: str, line: int) -> set[str]:
+    return {new.splitlines()[line - 1].strip() for new, edit in repair_edits(code)
+            if code.count("\n", 0, edit.start) + 1 == line}
+
+
+def test_repairs_cover_other_operators_numbers_and_indices_one_off():
+    assert {"if n < 0:", "if n != 0:", "if n >= 0:", "if n == 1:"} <= _rewrites_on_line(CODE, 2)
+    assert {"return xs[len(xs) - 1]", "return xs[len(xs) + 1]"} <= _rewrites_on_line(CODE, 3)
+    assert {"return xs[n] + 2", "return xs[n] % 2", "return xs[n] - 1", "return xs[n] - 3"} <= _rewrites_on_line(CODE, 4)
+
+
+def test_repairs_are_distinct_parsable_and_deterministic():
+    rewrites = repair_edits(CODE)
+    codes = [new for new, _ in rewrites]
+    assert len(codes) == len(set(codes)) and CODE not in codes
+    assert all(not Source(new).tree.root_node.has_error for new in codes)
+    assert repair_edits(CODE) == rewrites
+
+
+def test_the_reference_fix_of_a_real_operator_bug_is_a_candidate():
+    program = next(p for p in humanevalfix() if p.id == "Python/3")  # `balance == 0` should be `balance < 0`
+    assert program.fixed_code in {new for new, _ in repair_edits(program.code)}
