@@ -57,6 +57,8 @@ def test_a_hanging_program_fails_its_tests_instead_of_hanging():
 def test_unknown_evaluation_set_is_a_clear_error(capsys):
     assert pinpoint(["eval-localization", "--sets", "humanevalfix,nope"]) == 2
     assert "unknown evaluation set(s) ['nope']" in capsys.readouterr().err
+    assert pinpoint(["eval-localization", "--sets", "humanevalfix", "--repair-sets", "humaneval"]) == 2
+    assert "unknown evaluation set(s) ['humaneval']" in capsys.readouterr().err
 
 
 def test_missing_or_foreign_checkpoint_is_named(tmp_path, capsys):
