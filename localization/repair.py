@@ -9,10 +9,11 @@ total log-probability over the repairs on it. A bug the LLM can see is one whose
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator
 
 from localization.mutations import OPERATORS, Edit, Source, nodes
 from localization.scorer import LocalScorer, description_prefix
+from localization.units import _line_of, _line_starts
 
 _FAMILIES = (("<", "<=", ">", ">=", "==", "!="), ("+", "-", "*", "/", "//", "%"), ("and", "or"),
              ("+=", "-=", "*=", "/=", "//=", "%="))
@@ -50,29 +51,32 @@ def _one_off(src: Source) -> Iterator[Edit]:
                     yield Edit(end, end, rep, "index_one_off")
 
 
-def repair_edits(code: str) -> list[tuple[str, Edit]]:
-    """Distinct parsable one-edit rewrites of `code` with the edit that makes each (deterministic order)."""
+def repair_edits(code: str, lines: Collection[int] | None = None) -> list[tuple[str, Edit, int]]:
+    """Distinct parsable one-edit rewrites of `code`, each with its edit and the edit's line (deterministic order);
+    `lines` keeps only the edits on those lines, before any rewrite is built or parsed."""
     src = Source(code)
     edits = [*_operator_alternatives(src), *_one_off(src)]
     for seed in _SEEDS:
         rng = random.Random(seed)
         for operator in OPERATORS.values():
             edits.extend(operator(src, rng))
-    out: dict[str, Edit] = {}
+    starts = _line_starts(code)
+    out: dict[str, tuple[Edit, int]] = {}
     for edit in edits:
+        line = _line_of(starts, edit.start)
+        if lines is not None and line not in lines:
+            continue
         new = code[: edit.start] + edit.replacement + code[edit.end :]
         if new != code and new not in out and not Source(new).tree.root_node.has_error:
-            out[new] = edit
-    return list(out.items())
+            out[new] = (edit, line)
+    return [(new, edit, line) for new, (edit, line) in out.items()]
 
 
-def line_gains(code: str, scorer: LocalScorer, description: str = "", lines: Sequence[int] | None = None
+def line_gains(code: str, scorer: LocalScorer, description: str = "", lines: Collection[int] | None = None
                ) -> dict[int, float]:
     """Per line (of `lines`, default all), the most a one-edit repair on it raises the program's log-probability
     (negative: every repair makes the code less probable). Lines with no candidate repair are absent."""
-    wanted = set(lines) if lines is not None else None
-    rewrites = [(new, edit, code.count("\n", 0, edit.start) + 1) for new, edit in repair_edits(code)]
-    rewrites = [r for r in rewrites if wanted is None or r[2] in wanted]
+    rewrites = repair_edits(code, set(lines) if lines is not None else None)
     if not rewrites:
         return {}
     prefix = description_prefix(description)

@@ -9,8 +9,7 @@ CODE = "def last(xs, n):\n    if n == 0:\n        return xs[len(xs)]\n    return
 
 
 def _rewrites_on_line(code: str, line: int) -> set[str]:
-    return {new.splitlines()[line - 1].strip() for new, edit in repair_edits(code)
-            if code.count("\n", 0, edit.start) + 1 == line}
+    return {new.splitlines()[line - 1].strip() for new, _, at in repair_edits(code) if at == line}
 
 
 def test_repairs_cover_other_operators_numbers_and_indices_one_off():
@@ -21,7 +20,7 @@ def test_repairs_cover_other_operators_numbers_and_indices_one_off():
 
 def test_repairs_are_distinct_parsable_and_deterministic():
     rewrites = repair_edits(CODE)
-    codes = [new for new, _ in rewrites]
+    codes = [new for new, _, _ in rewrites]
     assert len(codes) == len(set(codes)) and CODE not in codes
     assert all(not Source(new).tree.root_node.has_error for new in codes)
     assert repair_edits(CODE) == rewrites
@@ -29,4 +28,4 @@ def test_repairs_are_distinct_parsable_and_deterministic():
 
 def test_the_reference_fix_of_a_real_operator_bug_is_a_candidate():
     program = next(p for p in humanevalfix() if p.id == "Python/3")  # `balance == 0` should be `balance < 0`
-    assert program.fixed_code in {new for new, _ in repair_edits(program.code)}
+    assert program.fixed_code in {new for new, _, _ in repair_edits(program.code)}
