@@ -28,6 +28,11 @@ def register(subparsers) -> None:
     p.add_argument("--ema", type=float, default=None, help="weight-average decay per step, 0 = off (default: TrainConfig's)")
     p.add_argument("--cached-only", action="store_true",
                    help="train on the programs whose confidences are already cached (no LLM scoring)")
+    p.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default cpu)")
+    p.add_argument("--save-examples", type=Path, default=None,
+                   help="build the scored train/validation examples, write them here and stop (to train elsewhere)")
+    p.add_argument("--examples", type=Path, default=None,
+                   help="train on examples written by --save-examples instead of building them (no scorer needed)")
     p.set_defaults(func=_train)
 
     p = subparsers.add_parser("eval-localization", help="top-1/3/10 line accuracy vs baselines on held-out bugs")
@@ -53,24 +58,44 @@ def _log(msg: str) -> None:
 
 
 def _train(args) -> int:
-    from localization.dataset import DataConfig, build_examples, build_synthetic, training_programs
+    from localization.dataset import (
+        DataConfig,
+        build_examples,
+        build_synthetic,
+        load_examples,
+        save_examples,
+        training_programs,
+    )
     from localization.diagnostic import DEFAULT_CHECKPOINT
     from localization.model import CONFIGS
     from localization.scorer import LocalScorer
     from localization.training import TrainConfig, train
 
     cfg = DataConfig(seed=args.seed)
-    scorer = LocalScorer()
-    splits = {}
-    for split in ("train", "val"):
-        bases, real = training_programs(split, cfg)
-        _log(f"{split}: {len(bases)} correct programs to mutate, {len(real)} real bugs (scoring, cached)")
-        splits[split] = build_synthetic(bases, scorer, cfg, _log, args.cached_only) + build_examples(
-            real, scorer, _log, args.cached_only)
-        _log(f"{split}: {len(splits[split])} examples")
+    if args.examples:
+        try:
+            saved = load_examples(args.examples)
+        except (OSError, ValueError) as exc:
+            print(f"pinpoint train-diagnostic: {exc}", file=sys.stderr)
+            return 2
+        splits, cfg = saved["splits"], DataConfig(**saved["data_config"])
+        _log(f"{args.examples}: " + ", ".join(f"{len(v)} {k} examples" for k, v in splits.items()))
+    else:
+        scorer = LocalScorer()
+        splits = {}
+        for split in ("train", "val"):
+            bases, real = training_programs(split, cfg)
+            _log(f"{split}: {len(bases)} correct programs to mutate, {len(real)} real bugs (scoring, cached)")
+            splits[split] = build_synthetic(bases, scorer, cfg, _log, args.cached_only) + build_examples(
+                real, scorer, _log, args.cached_only)
+            _log(f"{split}: {len(splits[split])} examples")
+    if args.save_examples:
+        save_examples(args.save_examples, splits, cfg)
+        print(json.dumps({"examples": str(args.save_examples), **{k: len(v) for k, v in splits.items()}}))
+        return 0
     lr = args.lr if args.lr is not None else (1e-4 if args.config == "paper" else 1e-3)
     tcfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
-                       time_budget_s=args.time_budget, threads=args.threads,
+                       time_budget_s=args.time_budget, threads=args.threads, device=args.device,
                        **{k: v for k in ("token_dropout", "line_loss", "ema") if (v := getattr(args, k)) is not None})
     model_config = CONFIGS[args.config]
     if args.confidence:
@@ -78,6 +103,7 @@ def _train(args) -> int:
     checkpoint = train(splits["train"], splits["val"], model_config, tcfg, log=_log)
     checkpoint.training["data_config"] = cfg.__dict__
     checkpoint.training["cached_only"] = args.cached_only
+    checkpoint.training["device"] = args.device
     out = args.out or DEFAULT_CHECKPOINT.with_name(f"diagnostic-{args.config}.pt")
     checkpoint.save(out)
     print(json.dumps({"checkpoint": str(out), "best_epoch": checkpoint.metrics["epoch"], "val": checkpoint.metrics["val"]}))

@@ -8,10 +8,13 @@ correct base (`LocalScorer.score_mutants`) and keep the base's description.
 from __future__ import annotations
 
 import difflib
+import gzip
 import hashlib
+import pickle
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from localization import data
 from localization.confidence import TokenLogprob, program_confidences
@@ -177,3 +180,32 @@ def build_synthetic(
         if progress and (i + 1) % 20 == 0:
             progress(f"{i + 1}/{len(bases)} bases")
     return out
+
+
+EXAMPLES_FORMAT = "pinpoint-examples/1"
+
+
+def save_examples(path: Path, splits: dict[str, list[Example]], cfg: DataConfig) -> None:
+    """Write scored examples (gzipped pickle) so another machine, e.g. one with a GPU, trains without the LLM."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with gzip.open(tmp, "wb") as f:
+        pickle.dump({"format": EXAMPLES_FORMAT, "data_config": asdict(cfg), "splits": splits}, f)
+    tmp.replace(path)
+
+
+def load_examples(path: Path) -> dict:
+    """What `save_examples` wrote: {"data_config": ..., "splits": {"train": [...], "val": [...]}}.
+
+    Pickle runs code from the file: load only files you wrote."""
+    try:
+        with gzip.open(Path(path), "rb") as f:
+            blob = pickle.load(f)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"no examples at {path}; write them with `train-diagnostic --save-examples`") from exc
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a pinpoint examples file ({exc})") from exc
+    if not isinstance(blob, dict) or blob.get("format") != EXAMPLES_FORMAT:
+        raise ValueError(f"{path} is not a pinpoint examples file")
+    return blob

@@ -62,7 +62,7 @@ class DiagnosticModel(nn.Module):
     def forward(self, tokens: torch.Tensor, types: torch.Tensor, conf: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Unit logits [batch, units]; padding positions get -inf."""
         x = torch.cat([self.token_emb(tokens), self.type_emb(types), self.conf_proj(conf)], dim=-1)
-        pos = self.positions if x.shape[1] <= len(self.positions) else _sinusoid(x.shape[1], x.shape[-1])
+        pos = self.positions if x.shape[1] <= len(self.positions) else _sinusoid(x.shape[1], x.shape[-1]).to(x.device)
         x = x + pos[: x.shape[1]]
         x = self.encoder(x, src_key_padding_mask=~mask)
         logits = self.head(self.norm(x)).squeeze(-1)
@@ -72,6 +72,8 @@ class DiagnosticModel(nn.Module):
     def score_units(self, feats: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits for every unit of one program of any length: overlapping windows, each unit from the window
         where it sits farthest from an edge."""
+        device = self.head.weight.device
+        feats = {k: v.to(device) for k, v in feats.items()}
         n = len(feats["tokens"])
         size = self.config.max_units
         out = torch.full((n,), float("-inf"))
@@ -79,8 +81,8 @@ class DiagnosticModel(nn.Module):
         starts = [0] if n <= size else list(range(0, n - size, size // 2)) + [n - size]
         for s in starts:
             sl = slice(s, min(n, s + size))
-            m = torch.ones(1, sl.stop - s, dtype=torch.bool)
-            logits = self(feats["tokens"][None, sl], feats["types"][None, sl], feats["conf"][None, sl], m)[0]
+            m = torch.ones(1, sl.stop - s, dtype=torch.bool, device=device)
+            logits = self(feats["tokens"][None, sl], feats["types"][None, sl], feats["conf"][None, sl], m)[0].cpu()
             idx = torch.arange(s, sl.stop)
             left = idx - s if s > 0 else torch.full_like(idx, n)  # the file's own ends are no window edges
             right = sl.stop - 1 - idx if sl.stop < n else torch.full_like(idx, n)

@@ -32,6 +32,8 @@ class TrainConfig:
     #: stop early (keeping the best checkpoint) when the wall clock passes this many seconds
     time_budget_s: float | None = None
     threads: int = 1
+    #: where the model trains ("cpu", "cuda", ...); checkpoints always hold CPU tensors
+    device: str = "cpu"
     #: chance that an identifier's or number's token is replaced by its type's unknown token in training, so the
     #: model cannot lean on the names of the training programs (held-out code names things differently)
     token_dropout: float = 0.15
@@ -61,14 +63,15 @@ def _drop_tokens(tokens: torch.Tensor, types: torch.Tensor, mask: torch.Tensor, 
     """Token ids with each real identifier or number replaced by its type's unknown token with probability `p`."""
     if p <= 0:
         return tokens
-    drop = (torch.rand(tokens.shape) < p) & mask & torch.isin(types, _DROPPABLE_TYPES)
+    droppable = torch.isin(types, _DROPPABLE_TYPES.to(types.device))
+    drop = (torch.rand(tokens.shape, device=tokens.device) < p) & mask & droppable
     return torch.where(drop, unknown_of_type[types], tokens)
 
 
 def _line_loss(logits: torch.Tensor, lines: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over the lines of each program, a line's logit being the max over its units."""
     lines = lines.masked_fill(~mask, 0)  # padding joins line 0, which holds no unit (lines count from 1)
-    pooled = torch.full((logits.shape[0], int(lines.max()) + 1), float("-inf")).scatter_reduce(
+    pooled = torch.full((logits.shape[0], int(lines.max()) + 1), float("-inf"), device=logits.device).scatter_reduce(
         1, lines, logits, reduce="amax")
     target_lines = lines.gather(1, targets[:, None])[:, 0]
     present = torch.isfinite(pooled)
@@ -126,8 +129,11 @@ def train(
         raise ValueError("no validation example has a buggy unit; the best checkpoint could not be chosen")
     vocab = Vocabulary.build((ex.units for ex in usable), min_count=cfg.min_count)
     items = [(featurize(ex.units, ex.confidences, vocab, model_config.confidence), ex.target) for ex in usable]
-    model = DiagnosticModel(model_config, len(vocab))
-    unknown_of_type = torch.tensor([vocab.index[f"<unk:{t}>"] for t in UNIT_TYPES])
+    device = torch.device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # ~3e-4 relative error in matmuls: far below what training moves
+    model = DiagnosticModel(model_config, len(vocab)).to(device)
+    unknown_of_type = torch.tensor([vocab.index[f"<unk:{t}>"] for t in UNIT_TYPES], device=device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema)) if cfg.ema > 0 else None
     scored = averaged.module if averaged else model
@@ -142,10 +148,10 @@ def train(
         total, steps = 0.0, 0
         for batch in _batches(items, cfg.batch_size, rng):
             cropped = [_window(f, t, model_config.max_units, rng) for f, t in batch]
-            inputs = collate([f for f, _ in cropped])
+            inputs = {k: v.to(device) for k, v in collate([f for f, _ in cropped]).items()}
             tokens = _drop_tokens(inputs["tokens"], inputs["types"], inputs["mask"], unknown_of_type, cfg.token_dropout)
             logits = model(tokens, inputs["types"], inputs["conf"], inputs["mask"])
-            targets = torch.tensor([t for _, t in cropped])
+            targets = torch.tensor([t for _, t in cropped], device=device)
             loss = loss_fn(logits, targets)
             if cfg.line_loss > 0:
                 loss = loss + cfg.line_loss * _line_loss(logits, inputs["lines"], inputs["mask"], targets)
@@ -171,7 +177,7 @@ def train(
 
 
 def _state(model: nn.Module) -> dict:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
 def _fmt(m: dict) -> str:
