@@ -5,9 +5,17 @@ from dataclasses import replace
 import pytest
 import torch
 
+from agent.cli import main as pinpoint
 from localization.confidence import TokenLogprob
 from localization.data import bigcodebench_solutions
-from localization.dataset import example_from, mutant_programs
+from localization.dataset import (
+    DataConfig,
+    Example,
+    example_from,
+    load_examples,
+    mutant_programs,
+    save_examples,
+)
 from localization.features import Vocabulary, collate, featurize
 from localization.model import PAPER, Checkpoint, DiagnosticModel, ModelConfig, line_scores
 from localization.training import TrainConfig, _drop_tokens, _line_loss, evaluate_examples, train
@@ -65,12 +73,8 @@ def test_checkpoint_round_trip_keeps_config_vocabulary_and_metrics(tmp_path):
     assert torch.allclose(back.model().score_units(feats), model.score_units(feats), atol=2e-2)  # fp16 storage
 
 
-@pytest.mark.parametrize("channel", ["all", "all+shift"])
-def test_tiny_training_run_beats_its_start_on_real_mutants(channel):
-    """Real code, real mutation operators; the confidence here is a stand-in (the edited unit is improbable), so
-    the test checks that training learns to use the confidence channel together with tokens and types. With
-    `all+shift` the bug shows only in the shift: every unit is equally probable after the description, and the
-    edited one alone was more probable without it."""
+def _standin_examples(channel: str = "all") -> list[Example]:
+    """Real mutants of real code, with stand-in confidences that mark the edited unit (see the test below)."""
     examples = []
     for i, base in enumerate(bigcodebench_solutions()[:40]):
         for program, start, end in mutant_programs(base, 2, seed=i):
@@ -85,6 +89,16 @@ def test_tiny_training_run_beats_its_start_on_real_mutants(channel):
                 plain = [TokenLogprob(u.start, u.end, -0.5 if e else -8.0) for u, e in zip(units, edited, strict=True)]
             target = next(k for k, u in enumerate(units) if u.end > start)
             examples.append(example_from(program, told, target, undescribed=plain))
+    return examples
+
+
+@pytest.mark.parametrize("channel", ["all", "all+shift"])
+def test_tiny_training_run_beats_its_start_on_real_mutants(channel):
+    """Real code, real mutation operators; the confidence here is a stand-in (the edited unit is improbable), so
+    the test checks that training learns to use the confidence channel together with tokens and types. With
+    `all+shift` the bug shows only in the shift: every unit is equally probable after the description, and the
+    edited one alone was more probable without it."""
+    examples = _standin_examples(channel)
     train_set, val_set = examples[:60], examples[60:]
     cfg = TrainConfig(epochs=5, batch_size=8, lr=3e-3, seed=0, ema=0.7)  # 40 steps: a short average
     ckpt = train(train_set, val_set, replace(TINY, confidence=channel), cfg, log=lambda _: None)
@@ -127,3 +141,29 @@ def test_line_loss_is_cross_entropy_over_max_pooled_lines():
     # which unit of the gold line is the target does not matter
     assert torch.isclose(_line_loss(logits, lines, mask, torch.tensor([0])),
                          _line_loss(logits, lines, mask, torch.tensor([1])))
+
+
+def test_saved_examples_train_elsewhere_through_the_cli(tmp_path, capsys):
+    """`--save-examples` on the machine with the scorer, `--examples` on another (e.g. one with a GPU): the file
+    keeps every example and the data config, and training from it needs no LLM."""
+    examples = _standin_examples()
+    cfg = DataConfig(seed=3, mutants_per_base=2)
+    save_examples(tmp_path / "ex.pkl.gz", {"train": examples[:60], "val": examples[60:]}, cfg)
+    back = load_examples(tmp_path / "ex.pkl.gz")
+    assert back["data_config"]["mutants_per_base"] == 2
+    assert [(e.code, e.target, e.confidences) for e in back["splits"]["train"]] == [
+        (e.code, e.target, e.confidences) for e in examples[:60]]
+    out = tmp_path / "m.pt"
+    assert pinpoint(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1", "--out",
+                     str(out)]) == 0
+    ckpt = Checkpoint.load(out)
+    assert ckpt.training["device"] == "cpu" and ckpt.training["data_config"]["seed"] == 3
+    assert ckpt.training["train_examples"] == 60
+
+
+def test_a_file_that_is_not_saved_examples_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "x.pkl.gz").write_bytes(b"not gzip")
+    assert pinpoint(["train-diagnostic", "--examples", str(tmp_path / "x.pkl.gz")]) == 2
+    assert "is not a pinpoint examples file" in capsys.readouterr().err
+    assert pinpoint(["train-diagnostic", "--examples", str(tmp_path / "none.pkl.gz")]) == 2
+    assert "no examples at" in capsys.readouterr().err
