@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -177,3 +178,16 @@ def _bench(args) -> int:
 
     print(run_benchmark(lines=args.lines, checkpoint=args.checkpoint))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """These commands alone (`python -m localization.cli`): for a machine that has torch but not the agent's
+    dependencies, e.g. a GPU machine training from `train-diagnostic --examples`."""
+    parser = argparse.ArgumentParser(prog="python -m localization.cli")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

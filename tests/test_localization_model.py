@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from agent.cli import main as pinpoint
+from localization.cli import main as localization_cli
 from localization.confidence import TokenLogprob
 from localization.data import bigcodebench_solutions
 from localization.dataset import (
@@ -154,8 +154,10 @@ def test_saved_examples_train_elsewhere_through_the_cli(tmp_path, capsys):
     assert [(e.code, e.target, e.confidences) for e in back["splits"]["train"]] == [
         (e.code, e.target, e.confidences) for e in examples[:60]]
     out = tmp_path / "m.pt"
-    assert pinpoint(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1", "--out",
-                     str(out)]) == 0
+    # the localization commands alone (`python -m localization.cli`): what a GPU machine without the agent's
+    # dependencies runs
+    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1", "--out",
+                             str(out)]) == 0
     ckpt = Checkpoint.load(out)
     assert ckpt.training["device"] == "cpu" and ckpt.training["data_config"]["seed"] == 3
     assert ckpt.training["train_examples"] == 60
@@ -163,7 +165,7 @@ def test_saved_examples_train_elsewhere_through_the_cli(tmp_path, capsys):
 
 def test_a_file_that_is_not_saved_examples_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "x.pkl.gz").write_bytes(b"not gzip")
-    assert pinpoint(["train-diagnostic", "--examples", str(tmp_path / "x.pkl.gz")]) == 2
+    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "x.pkl.gz")]) == 2
     assert "is not a pinpoint examples file" in capsys.readouterr().err
-    assert pinpoint(["train-diagnostic", "--examples", str(tmp_path / "none.pkl.gz")]) == 2
+    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "none.pkl.gz")]) == 2
     assert "no examples at" in capsys.readouterr().err
