@@ -152,18 +152,21 @@ def _eval(args) -> int:
         diagnostic = memoized(diagnostic_ranker(checkpoint))
         rankers = {"diagnostic (FLARE)": diagnostic, "random line": random_ranker,
                    "lowest confidence": lowest_confidence_ranker}
-        repair = None
+        repairs = []
         if name in repair_sets:
             _log(f"{name}: repair likelihood (each line's one-edit repairs scored; cached, ~20 s a program if not)")
-            repair = memoized(repair_ranker(scorer, {p.id: p.description for p in programs}))
-            rankers["repair likelihood"] = repair
-            rankers["diagnostic + repair"] = fused_ranker([diagnostic, repair])
+            repairs = [memoized(repair_ranker(scorer, {p.id: p.description for p in programs}))]
+            rankers["repair likelihood"] = repairs[0]
+            if any(p.description for p in programs):  # the code read alone too: a second view of each repair
+                repairs.append(memoized(repair_ranker(scorer, {})))
+                rankers["repair likelihood, code alone"] = repairs[1]
+            rankers["diagnostic + repair"] = fused_ranker([diagnostic, *repairs])
         if name.startswith("humanevalfix") and not args.no_sbfl:
             sbfl = memoized(sbfl_ranker({p.id: (p.tests, p.entry_point) for p in humanevalfix()}))
             rankers["sbfl (ochiai)"] = sbfl
             rankers["diagnostic + sbfl"] = fused_ranker([diagnostic, sbfl])
-            if repair is not None:
-                rankers["diagnostic + repair + sbfl"] = fused_ranker([diagnostic, repair, sbfl])
+            if repairs:
+                rankers["diagnostic + repair + sbfl"] = fused_ranker([diagnostic, *repairs, sbfl])
         table[name] = evaluate(examples, rankers)
     print(f"checkpoint: {checkpoint_path}")
     print(format_table(table))

@@ -18,6 +18,18 @@ def test_repairs_cover_other_operators_numbers_and_indices_one_off():
     assert {"return xs[n] + 2", "return xs[n] % 2", "return xs[n] - 1", "return xs[n] - 3"} <= _rewrites_on_line(CODE, 4)
 
 
+def test_repairs_also_take_excess_logic_out():
+    code = "def f(xs):\n    total = 0\n    for x in xs:\n        total += abs(x) * 2\n        print(x)\n" \
+           "    return sorted(xs).copy(), [1, 2, 3]\n"
+    assert {"total += abs(x)", "total += 2", "total += x * 2", "total = abs(x) * 2"} <= _rewrites_on_line(code, 4)
+    assert {"return sorted(xs), [1, 2, 3]", "return sorted(xs).copy(), [1, 3]"} <= _rewrites_on_line(code, 6)
+    dropped = [new for new, edit, line in repair_edits(code) if edit.operator == "drop_statement"]
+    assert code.replace("        print(x)\n", "") in dropped  # a statement on its own line, the block keeps one
+    for pid in ("Python/2", "Python/120", "Python/139"):  # `+ 1.0`, `.sort(...)`, a whole `i *= n` line too many
+        program = next(p for p in humanevalfix() if p.id == pid)
+        assert program.fixed_code.strip() in {new.strip() for new, _, _ in repair_edits(program.code)}
+
+
 def test_repairs_are_distinct_parsable_and_deterministic():
     rewrites = repair_edits(CODE)
     codes = [new for new, _, _ in rewrites]

@@ -100,6 +100,7 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
     scorer.score_many([p.code for p in programs] * 2, [""] * 2 + [description_prefix(p.description) for p in programs])
     for p in programs:
         line_gains(p.code, scorer, p.description)
+        line_gains(p.code, scorer)
     monkeypatch.setenv("PINPOINT_CACHE", str(scorer.cache_dir.parent))
     out = tmp_path / "eval.json"
     args = ["eval-localization", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "2", "--json", str(out)]
@@ -109,7 +110,7 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
     common = {"diagnostic (FLARE)", "random line", "lowest confidence", "sbfl (ochiai)", "diagnostic + sbfl"}
     assert {r["method"] for r in results["humanevalfix"]} == common
     assert {r["method"] for r in results["humanevalfix_docs"]} == common | {
-        "repair likelihood", "diagnostic + repair", "diagnostic + repair + sbfl"}
+        "repair likelihood", "repair likelihood, code alone", "diagnostic + repair", "diagnostic + repair + sbfl"}
     for name in ("humanevalfix", "humanevalfix_docs"):
         assert all(r["n"] == 2 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
     sbfl = {name: next(r for r in rows if r["method"] == "sbfl (ochiai)") for name, rows in results.items()}
