@@ -2,8 +2,9 @@
 
 FLARE reads the LLM's confidence in the code as written; this asks the converse question. Each candidate repair (a
 comparison or arithmetic operator from the same family, a number one off, an index one off, and every edit of the
-mutation operators) is scored with the description read first, and a line's gain is the best rise in the program's
-total log-probability over the repairs on it. A bug the LLM can see is one whose repair it finds more natural.
+mutation operators, and excess logic taken out) is scored with the description read first, and a line's gain is the
+best rise in the program's mean log-probability per token over the repairs on it. A bug the LLM can see is one whose
+repair it finds more natural.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _removals(src: Source) -> Iterator[Edit]:
                 yield Edit(start, end, "", "drop_element")
         elif node.type == "block" and len(node.named_children) >= 2:
             for stmt in node.named_children:
-                if stmt.type in {"expression_statement"}:
+                if stmt.type == "expression_statement":
                     start, end = src.span(stmt)
                     line_start = src.code.rfind("\n", 0, start) + 1
                     line_end = src.code.find("\n", end)
