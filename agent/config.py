@@ -66,6 +66,9 @@ class AgentSection:
     #: add the FLARE diagnostic model as a localization signal (off by default: it scores code with a local copy of
     #: SmolLM2 on the CPU, minutes per large file on 2 cores, which would sit inside every episode)
     diagnostic: bool = False
+    #: add repair likelihood as a signal: the diagnostic model's top lines ranked by how much their best one-edit
+    #: repair makes their function more probable (off by default: ~75 LLM scorings per 10 lines, on top of the model)
+    repair: bool = False
     #: tool observations longer than this are truncated (the tools also truncate)
     max_observation_chars: int = 12_000
 

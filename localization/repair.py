@@ -3,19 +3,25 @@
 FLARE reads the LLM's confidence in the code as written; this asks the converse question. Each candidate repair (a
 comparison or arithmetic operator from the same family, a number one off, an index one off, and every edit of the
 mutation operators, and excess logic taken out) is scored with the description read first, and a line's gain is the
-best rise in the program's mean log-probability per token over the repairs on it. A bug the LLM can see is one whose
+best rise in the program's mean log-probability per token (scaled to its length) over the repairs on it. A bug the LLM can see is one whose
 repair it finds more natural.
 """
 
 from __future__ import annotations
 
 import random
+import textwrap
 from collections.abc import Collection, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from localization.confidence import TokenLogprob
 from localization.mutations import OPERATORS, Edit, Source, nodes
 from localization.scorer import LocalScorer, description_prefix
+from localization.suspects import LocalizationRequest, Suspect
 from localization.units import _line_of, _line_starts
+
+if TYPE_CHECKING:
+    from localization.diagnostic import DiagnosticLocalizer
 
 _FAMILIES = (("<", "<=", ">", ">=", "==", "!="), ("+", "-", "*", "/", "//", "%"), ("and", "or"),
              ("+=", "-=", "*=", "/=", "//=", "%="))
@@ -115,21 +121,65 @@ def repair_edits(code: str, lines: Collection[int] | None = None) -> list[tuple[
 def line_gains(code: str, scorer: LocalScorer, description: str = "", lines: Collection[int] | None = None
                ) -> dict[int, float]:
     """Per line (of `lines`, default all), the most a one-edit repair on it raises the program's mean log-probability
-    per token (negative: every repair makes the code less probable). Per token, so that a repair that removes code
-    does not win for being shorter: the total over fewer tokens is higher by itself. Lines with no candidate repair
-    are absent."""
+    per token, times the program's token count (negative: every repair makes the code less probable). Per token, so
+    that a repair that removes code does not win for being shorter (the total over fewer tokens is higher by itself);
+    times the count, so that gains in a short and a long function compare. Lines with no candidate repair are
+    absent."""
     rewrites = repair_edits(code, set(lines) if lines is not None else None)
     if not rewrites:
         return {}
     prefix = description_prefix(description)
-    base = _mean_logprob(scorer.score(code, prefix))
+    base = scorer.score(code, prefix)
     scored = scorer.score_mutants(code, [new for new, _, _ in rewrites], after=_AFTER, prefix=prefix)
     gains: dict[int, float] = {}
     for (_, _, line), tokens in zip(rewrites, scored, strict=True):
-        gain = _mean_logprob(tokens) - base
+        # the change in mean log-prob, scaled to the code's length: comparable between functions of any length
+        gain = (_mean_logprob(tokens) - _mean_logprob(base)) * len(base)
         gains[line] = max(gains.get(line, float("-inf")), gain)
     return gains
 
 
 def _mean_logprob(tokens: Sequence[TokenLogprob]) -> float:
     return sum(t.logprob for t in tokens) / max(1, len(tokens))
+
+
+def enclosing_functions(code: str, lines: Collection[int]) -> dict[tuple[int, int], set[int]]:
+    """The innermost function around each of `lines`: {(first line, last line): the lines in it}. Lines outside
+    every function are left out."""
+    spans = [(n.start_point[0] + 1, n.end_point[0] + 1) for n in nodes(Source(code).tree.root_node)
+             if n.type == "function_definition"]
+    out: dict[tuple[int, int], set[int]] = {}
+    for line in lines:
+        around = [span for span in spans if span[0] <= line <= span[1]]
+        if around:
+            out.setdefault(min(around, key=lambda span: span[1] - span[0]), set()).add(line)
+    return out
+
+
+class RepairLocalizer:
+    """Implements `Localizer`: the diagnostic model's `top_lines` per file, ranked by repair likelihood within their
+    enclosing function, the problem statement read first. Within a function, because a whole file is beyond the
+    scorer's window (each rewrite would be read whole) and ~7 candidates a line are too many to score everywhere."""
+
+    name = "repair"
+
+    def __init__(self, diagnostic: DiagnosticLocalizer, top_lines: int = 5):
+        self.diagnostic = diagnostic
+        self.top_lines = top_lines
+
+    def localize(self, request: LocalizationRequest) -> list[Suspect]:
+        suspects = []
+        for path, text in request.files.items():
+            if not path.endswith(".py"):
+                continue
+            ranked = self.diagnostic.rank_lines(text, description=request.problem_statement)[: self.top_lines]
+            source_lines = text.splitlines(keepends=True)
+            for (first, last), wanted in enclosing_functions(text, [r.line for r in ranked]).items():
+                function = textwrap.dedent("".join(source_lines[first - 1 : last]))
+                gains = line_gains(function, self.diagnostic.scorer, request.problem_statement,
+                                   {line - first + 1 for line in wanted})
+                for line, gain in gains.items():
+                    at = first + line - 1
+                    suspects.append(Suspect(path, at, at, gain, self.name, f"its best one-edit repair changes the "
+                                            f"function's log-prob (per token, times its length) by {gain:+.2f}"))
+        return sorted(suspects, key=lambda s: -s.score)

@@ -1,9 +1,13 @@
 """Candidate repairs for the repair-likelihood signal (no LLM here; the real scorer's tests are in
 test_localization_scorer.py)."""
 
+from dataclasses import replace
+
+from agent.config import Config
+from agent.runner import default_localizers
 from localization.data import humanevalfix
 from localization.mutations import Source
-from localization.repair import repair_edits
+from localization.repair import RepairLocalizer, enclosing_functions, repair_edits
 
 CODE = "def last(xs, n):\n    if n == 0:\n        return xs[len(xs)]\n    return xs[n] - 2\n"
 
@@ -41,3 +45,17 @@ def test_repairs_are_distinct_parsable_and_deterministic():
 def test_the_reference_fix_of_a_real_operator_bug_is_a_candidate():
     program = next(p for p in humanevalfix() if p.id == "Python/3")  # `balance == 0` should be `balance < 0`
     assert program.fixed_code in {new for new, _, _ in repair_edits(program.code)}
+
+
+def test_lines_are_grouped_by_their_innermost_function():
+    code = "X = 1\n\n\nclass A:\n    def f(self):\n        def g():\n            return 1\n        return g()\n"
+    assert enclosing_functions(code, [1, 5, 7, 8]) == {(5, 8): {5, 8}, (6, 7): {7}}  # line 1 is in no function
+
+
+def test_the_agent_adds_the_repair_signal_when_asked():
+    config = Config()
+    plain = [loc.name for loc in default_localizers(None, config)]
+    with_repair = default_localizers(None, replace(config, agent=replace(config.agent, repair=True)))
+    assert "repair" not in plain and "flare" not in plain
+    assert [loc.name for loc in with_repair] == [*plain, "repair"]  # the model picks its lines, not a signal itself
+    assert isinstance(with_repair[-1], RepairLocalizer)

@@ -13,7 +13,7 @@ from localization.diagnostic import DEFAULT_CHECKPOINT, DiagnosticLocalizer
 from localization.features import Vocabulary
 from localization.model import SMALL, Checkpoint, DiagnosticModel
 from localization.mutations import mutants
-from localization.repair import line_gains
+from localization.repair import RepairLocalizer, line_gains
 from localization.scorer import LocalScorer, description_prefix
 from localization.suspects import LocalizationRequest, Localizer
 from localization.units import lexical_units
@@ -137,3 +137,18 @@ def test_a_model_that_reads_the_shift_reads_the_code_with_and_without_the_issue(
     ranked = localizer.rank_lines(program.code, description=program.description)
     assert scorer.is_cached(program.code, description_prefix(program.description)) and scorer.is_cached(program.code)
     assert {r.line for r in ranked} == {i + 1 for i, text in enumerate(program.code.splitlines()) if text.strip()}
+
+
+def test_the_repair_signal_ranks_a_real_bug_in_a_method_first(scorer):
+    """The agent's signal: the model's top lines of a repository-like file (a class, an unrelated method), their
+    repairs scored within the dedented method after the issue text."""
+    program = next(p for p in humanevalfix() if p.id == "Python/3")  # `balance == 0` should be `balance < 0`
+    method = program.code.split("def below_zero(operations: List[int]) -> bool:\n")[1]
+    text = ("import os\n\n\nclass Account:\n    def path(self, name):\n        return os.path.join(self.root, name)\n\n"
+            "    def below_zero(self, operations):\n" + "".join(f"    {line}" if line.strip() else line
+                                                          for line in method.splitlines(keepends=True)))
+    bug = text.splitlines().index("            if balance == 0:") + 1
+    request = LocalizationRequest(problem_statement=program.description, files={"bank.py": text, "README.md": "x"})
+    suspects = RepairLocalizer(DiagnosticLocalizer(scorer=scorer), top_lines=20).localize(request)
+    assert suspects[0].path == "bank.py" and suspects[0].start_line == bug and suspects[0].signal == "repair"
+    assert {s.start_line for s in suspects} <= {i + 1 for i, t in enumerate(text.splitlines()) if t.strip()} - {1, 4}
