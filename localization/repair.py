@@ -3,8 +3,8 @@
 FLARE reads the LLM's confidence in the code as written; this asks the converse question. Each candidate repair (a
 comparison or arithmetic operator from the same family, a number one off, an index one off, and every edit of the
 mutation operators, and excess logic taken out) is scored with the description read first, and a line's gain is the
-best rise in the program's mean log-probability per token (scaled to its length) over the repairs on it. A bug the LLM can see is one whose
-repair it finds more natural.
+best rise in the program's mean log-probability per token (scaled to its length) over the repairs on it. A bug the
+LLM can see is one whose repair it finds more natural.
 """
 
 from __future__ import annotations
