@@ -130,11 +130,12 @@ def line_gains(code: str, scorer: LocalScorer, description: str = "", lines: Col
         return {}
     prefix = description_prefix(description)
     base = scorer.score(code, prefix)
+    base_mean = _mean_logprob(base)
     scored = scorer.score_mutants(code, [new for new, _, _ in rewrites], after=_AFTER, prefix=prefix)
     gains: dict[int, float] = {}
     for (_, _, line), tokens in zip(rewrites, scored, strict=True):
         # the change in mean log-prob, scaled to the code's length: comparable between functions of any length
-        gain = (_mean_logprob(tokens) - _mean_logprob(base)) * len(base)
+        gain = (_mean_logprob(tokens) - base_mean) * len(base)
         gains[line] = max(gains.get(line, float("-inf")), gain)
     return gains
 
