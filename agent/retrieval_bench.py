@@ -15,35 +15,12 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from unidiff import PatchSet
-
+from localization.data import patch_gold_lines
 from localization.fusion import reciprocal_rank_fusion, top_lines
 from localization.retrieval import LexicalLocalizer, RetrievalLocalizer, is_test_path
 from localization.suspects import LocalizationRequest
 
 KS = (1, 3, 5, 10)
-
-
-def gold_locations(patch: str) -> dict[str, set[int]]:
-    """Lines of the original files the reference patch changes (insertion points for pure additions)."""
-    gold: dict[str, set[int]] = {}
-    for patched in PatchSet(patch):
-        lines = gold.setdefault(patched.path, set())
-        for hunk in patched:
-            pending_insert = removed_in_block = False
-            for line in hunk:
-                if line.is_removed:
-                    lines.add(line.source_line_no)
-                    removed_in_block = True
-                elif line.is_added:
-                    pending_insert = pending_insert or not removed_in_block
-                else:  # context ends a change block
-                    if pending_insert:
-                        lines.add(line.source_line_no)
-                    pending_insert = removed_in_block = False
-            if pending_insert:
-                lines.add(hunk.source_start + hunk.source_length)
-    return gold
 
 
 def grep_baseline(runtime, text: str) -> list[str]:
@@ -63,7 +40,7 @@ def evaluate(instances: Iterable, log=print) -> dict:
     rows = []
     for instance in instances:
         started = time.monotonic()
-        gold = gold_locations(instance.patch)
+        gold = patch_gold_lines(instance.patch)
         repo = extract_shared_repo(instance.owner_name)
         with LocalRuntime(repo, instance.base_commit) as runtime:
             request = LocalizationRequest(problem_statement=instance.problem_statement)

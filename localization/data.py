@@ -1,8 +1,9 @@
 """The programs the diagnostic model trains and is evaluated on, read from `../shared/data`, and their splits.
 
-Held out, never trained on: HumanEvalFix (and all of HumanEval, whose canonical solutions it was made from) and
+Held out, never trained on: HumanEvalFix (and all of HumanEval, whose canonical solutions it was made from),
 PDB-Multi (and the BigCodeBench / LiveCodeBench tasks it was generated from, and DebugBench rows on the same LeetCode
-problems). ConDefects and the remaining pools are split by base task, so no task is in two splits.
+problems), and the functions SWE-bench Verified's fixes change (no repository code is trained on). ConDefects and the
+remaining pools are split by base task, so no task is in two splits.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import ast
 import hashlib
 import json
 import os
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -95,6 +97,63 @@ def pdb_multi() -> list[Program]:
                 )
             )
     return out
+
+
+def swebench_functions(max_chars: int = 4000) -> list[Program]:
+    """Real repository bugs at function size: the innermost function around the lines each SWE-bench Verified fix
+    changes, as it stood at the row's base commit (dedented), with the issue's text as its description. Only rows
+    whose repository is in `repos/`; functions longer than `max_chars` and changes outside any function are left out.
+    Ordered round-robin over repositories, so a `--limit` keeps every repository."""
+    import git
+
+    from environments.repo_image import extract_shared_repo
+    from localization.repair import enclosing_functions
+    from swebench_eval.datasets import load_instances
+
+    offline = {p.name.removesuffix(".git.tar") for p in (data_dir() / "repos").glob("*.git.tar")}
+    per_repo: dict[str, list[Program]] = {}
+    for instance in load_instances(data_dir() / "swebench_verified_dev.jsonl.gz"):
+        if instance.owner_name not in offline:
+            continue
+        repo = git.Repo(extract_shared_repo(instance.owner_name))
+        for path, gold in sorted(patch_gold_lines(instance.patch).items()):
+            if not path.endswith(".py"):
+                continue
+            source = repo.git.show(f"{instance.base_commit}:{path}")
+            lines = source.splitlines(keepends=True)
+            for (first, last), inside in sorted(enclosing_functions(source, gold).items()):
+                code = textwrap.dedent("".join(lines[first - 1 : last]))
+                if len(code) <= max_chars:
+                    per_repo.setdefault(instance.repo, []).append(Program(
+                        id=f"swebench/{instance.instance_id}/{path}:{first}", group=instance.instance_id,
+                        source="swebench", code=code, buggy_lines=tuple(sorted(n - first + 1 for n in inside)),
+                        meta={"repo": instance.repo}, description=instance.problem_statement))
+    queues = [per_repo[r] for r in sorted(per_repo)]
+    return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+
+
+def patch_gold_lines(patch: str) -> dict[str, set[int]]:
+    """Lines of the original files a unified diff changes (for a pure insertion, the line it goes before)."""
+    from unidiff import PatchSet
+
+    gold: dict[str, set[int]] = {}
+    for patched in PatchSet(patch):
+        lines = gold.setdefault(patched.path, set())
+        for hunk in patched:
+            pending_insert = removed_in_block = False
+            for line in hunk:
+                if line.is_removed:
+                    lines.add(line.source_line_no)
+                    removed_in_block = True
+                elif line.is_added:
+                    pending_insert = pending_insert or not removed_in_block
+                else:  # context ends a change block
+                    if pending_insert:
+                        lines.add(line.source_line_no)
+                    pending_insert = removed_in_block = False
+            if pending_insert:
+                lines.add(hunk.source_start + hunk.source_length)
+    return gold
 
 
 @cache

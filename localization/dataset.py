@@ -105,7 +105,8 @@ def _sample(programs: list[Program], n: int, seed: int) -> list[Program]:
 
 def evaluation_programs(name: str, cfg: DataConfig = DataConfig()) -> list[Program]:
     """A held-out set by name: `humanevalfix` (code alone), `humanevalfix_docs` (code and its docstring, as
-    HumanEvalPack's HumanEvalFixDocs gives it), `pdb_multi` or `condefects` (its test split)."""
+    HumanEvalPack's HumanEvalFixDocs gives it), `pdb_multi`, `condefects` (its test split) or `swebench` (the
+    functions SWE-bench Verified's fixes change, each read after its issue's text)."""
     if name == "humanevalfix":
         return [replace(p, description="") for p in data.humanevalfix()]
     if name == "humanevalfix_docs":
@@ -114,10 +115,12 @@ def evaluation_programs(name: str, cfg: DataConfig = DataConfig()) -> list[Progr
         return sorted(data.pdb_multi(), key=lambda p: (p.group.startswith("livecodebench/"), len(p.code), p.id))
     if name == "condefects":
         return _sample(_short(list(data.iter_split(data.condefects(), "test")), cfg), cfg.condefects_test, cfg.seed)
+    if name == "swebench":
+        return data.swebench_functions()
     raise ValueError(f"unknown evaluation set {name!r}; choose one of {EVALUATION_SETS}")
 
 
-EVALUATION_SETS = ("humanevalfix", "humanevalfix_docs", "pdb_multi", "condefects")
+EVALUATION_SETS = ("humanevalfix", "humanevalfix_docs", "pdb_multi", "condefects", "swebench")
 
 
 def training_programs(split: str, cfg: DataConfig = DataConfig()) -> tuple[list[Program], list[Program]]:

@@ -89,3 +89,17 @@ def test_described_training_programs_also_come_without_their_description():
         assert described and {p.id for p in described} == twins
     alone, _ = training_programs("val", DataConfig(undescribed_twins=False))
     assert len(bases) == 2 * len(alone)  # every base has a description
+
+
+def test_swebench_functions_are_the_functions_real_fixes_change_at_their_base_commit():
+    programs = evaluation_programs("swebench")
+    assert {p.meta["repo"] for p in programs[:8]} == {p.meta["repo"] for p in programs}  # round-robin: a limit keeps all
+    requests = [p for p in programs if p.meta["repo"] == "psf/requests"]
+    for p in requests:
+        assert p.code.startswith(("def ", "async def ")) and p.description
+        assert all(1 <= n <= len(p.code.splitlines()) for n in p.buggy_lines)
+    # psf/requests#1142: GET requests got `Content-Length: 0`; the fix stops prepare_content_length setting it
+    (fix,) = [p for p in requests if "psf__requests-1142/" in p.id]
+    assert fix.code.startswith("def prepare_content_length(self, body):")
+    assert [fix.code.splitlines()[n - 1].strip() for n in fix.buggy_lines] == ["self.headers['Content-Length'] = '0'"]
+    assert "content length" in fix.description.lower()

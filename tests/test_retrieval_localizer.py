@@ -120,8 +120,8 @@ def test_lexical_signal_ranks_files_by_issue_words_and_skips_tests(local_request
 
 
 def test_gold_locations_cover_changed_lines_and_insertion_points():
-    from agent.retrieval_bench import gold_locations
+    from localization.data import patch_gold_lines
 
     patch = ("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,4 +1,5 @@\n a = 1\n-b = 2\n+b = 3\n c = 3\n"
              "+d = 4\n e = 5\n")
-    assert gold_locations(patch) == {"m.py": {2, 4}}
+    assert patch_gold_lines(patch) == {"m.py": {2, 4}}
