@@ -45,6 +45,9 @@ def register(subparsers) -> None:
     p.add_argument("--repair-sets", default="humanevalfix_docs",
                    help="sets that also get the repair-likelihood rows (the LLM scores each line's one-edit repairs: "
                         "about 20 CPU s per HumanEvalFix program, cached); empty for none")
+    p.add_argument("--repair-top", type=int, default=None, metavar="N",
+                   help="score repairs only on the diagnostic's top N lines, description read first (what "
+                        "agent.repair does; a fraction of the cost)")
     p.add_argument("--json", type=Path, default=None, help="also write the table as JSON here")
     p.set_defaults(func=_eval)
 
@@ -123,6 +126,7 @@ def _eval(args) -> int:
         lowest_confidence_ranker,
         memoized,
         random_ranker,
+        repair_on_top_ranker,
         repair_ranker,
         sbfl_ranker,
     )
@@ -153,9 +157,15 @@ def _eval(args) -> int:
         rankers = {"diagnostic (FLARE)": diagnostic, "random line": random_ranker,
                    "lowest confidence": lowest_confidence_ranker}
         repairs = []
-        if name in repair_sets:
+        descriptions = {p.id: p.description for p in programs}
+        if name in repair_sets and args.repair_top:
+            _log(f"{name}: repair likelihood on the diagnostic's top {args.repair_top} lines (cached)")
+            repairs = [memoized(repair_on_top_ranker(diagnostic, scorer, descriptions, args.repair_top))]
+            rankers[f"repair on top {args.repair_top}"] = repairs[0]
+            rankers["diagnostic + repair"] = fused_ranker([diagnostic, *repairs])
+        elif name in repair_sets:
             _log(f"{name}: repair likelihood (each line's one-edit repairs scored; cached, ~20 s a program if not)")
-            repairs = [memoized(repair_ranker(scorer, {p.id: p.description for p in programs}))]
+            repairs = [memoized(repair_ranker(scorer, descriptions))]
             rankers["repair likelihood"] = repairs[0]
             if any(p.description for p in programs):  # the code read alone too: a second view of each repair
                 repairs.append(memoized(repair_ranker(scorer, {})))

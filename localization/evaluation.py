@@ -95,6 +95,22 @@ def repair_ranker(scorer: LocalScorer, descriptions: dict[str, str]) -> Callable
     return rank
 
 
+def repair_on_top_ranker(diagnostic: Callable[[Example], dict[int, float]], scorer: LocalScorer,
+                         descriptions: dict[str, str], top: int = 5) -> Callable[[Example], dict[int, float]]:
+    """What `agent.repair` does: the `top` lines `diagnostic` ranks first, reordered by their best repair's gain (the
+    description read first); the other lines follow in the diagnostic's order. A fraction of `repair_ranker`'s cost:
+    only the top lines' repairs are scored."""
+
+    def rank(ex: Example) -> dict[int, float]:
+        scores = diagnostic(ex)
+        order = sorted(scores, key=lambda line: (-scores[line], line))
+        gains = line_gains(ex.code, scorer, descriptions.get(ex.id, ""), order[:top])
+        head = sorted(order[:top], key=lambda line: -gains.get(line, float("-inf")))  # stable: ties keep model order
+        return {line: -float(position) for position, line in enumerate(head + order[top:])}
+
+    return rank
+
+
 def fused_ranker(rankers: Sequence[Callable[[Example], dict[int, float]]], k: float = 60.0
                  ) -> Callable[[Example], dict[int, float]]:
     """Reciprocal-rank fusion of line rankers (the formula of `fusion`); lines a ranker ties share its best rank, so

@@ -9,7 +9,9 @@ import pytest
 
 from agent.cli import main as pinpoint
 from localization.data import bigcodebench_solutions, humanevalfix
+from localization.dataset import build_examples
 from localization.diagnostic import DEFAULT_CHECKPOINT, DiagnosticLocalizer
+from localization.evaluation import candidate_lines, repair_on_top_ranker
 from localization.features import Vocabulary
 from localization.model import SMALL, Checkpoint, DiagnosticModel
 from localization.mutations import mutants
@@ -115,6 +117,11 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
         assert all(r["n"] == 2 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
     sbfl = {name: next(r for r in rows if r["method"] == "sbfl (ochiai)") for name, rows in results.items()}
     assert sbfl["humanevalfix"] == sbfl["humanevalfix_docs"]  # the tests do not read the docstring
+    # agent.repair's reading: repairs of the model's top lines only, the docstring read first
+    assert pinpoint(["eval-localization", "--sets", "humanevalfix_docs", "--limit", "2", "--repair-top", "2",
+                     "--json", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads(out.read_text())["results"]["humanevalfix_docs"]}
+    assert set(rows) == common | {"repair on top 2", "diagnostic + repair", "diagnostic + repair + sbfl"}
 
 
 def test_repair_likelihood_points_at_a_real_bug_read_with_its_docstring(scorer):
@@ -125,6 +132,19 @@ def test_repair_likelihood_points_at_a_real_bug_read_with_its_docstring(scorer):
     assert set(gains) < {i + 1 for i, text in enumerate(program.code.splitlines()) if text.strip()}
     assert line_gains(program.code, scorer, program.description, lines=[bug - 1, bug]) == {
         line: gains[line] for line in (bug - 1, bug)}
+
+
+def test_repair_on_the_model_top_lines_reorders_only_those(scorer):
+    program = next(p for p in humanevalfix() if p.id == "Python/3")  # `balance == 0` should be `balance < 0`
+    (bug,) = program.buggy_lines
+    lines = candidate_lines(build_examples([program], scorer)[0])
+    model_order = [bug - 2, bug - 1, bug, *(n for n in lines if n not in {bug - 2, bug - 1, bug})]
+    model = dict(zip(model_order, range(len(model_order), 0, -1), strict=True))  # a stand-in: the bug third
+    rank = repair_on_top_ranker(lambda ex: model, scorer, {program.id: program.description}, top=3)
+    scores = rank(build_examples([program], scorer)[0])
+    ranked = sorted(scores, key=lambda line: -scores[line])
+    assert ranked[0] == bug  # its repair is the most natural of the three
+    assert set(ranked[:3]) == set(model_order[:3]) and ranked[3:] == model_order[3:]  # the rest keep the model's order
 
 
 def test_a_model_that_reads_the_shift_reads_the_code_with_and_without_the_issue(scorer):
