@@ -139,6 +139,9 @@ def _eval(args) -> int:
     if unknown:
         print(f"unknown evaluation set(s) {unknown}; choose from {list(EVALUATION_SETS)}", file=sys.stderr)
         return 2
+    if args.repair_top is not None and args.repair_top < 1:
+        print(f"--repair-top must be at least 1, got {args.repair_top}", file=sys.stderr)
+        return 2
     checkpoint_path = args.checkpoint or DEFAULT_CHECKPOINT
     try:
         checkpoint = Checkpoint.load(checkpoint_path)
@@ -159,7 +162,8 @@ def _eval(args) -> int:
         repairs = []
         descriptions = {p.id: p.description for p in programs}
         if name in repair_sets and args.repair_top:
-            _log(f"{name}: repair likelihood on the diagnostic's top {args.repair_top} lines (cached)")
+            _log(f"{name}: repair likelihood on the diagnostic's top {args.repair_top} lines (cached; else seconds "
+                 "to minutes a program)")
             repairs = [memoized(repair_on_top_ranker(diagnostic, scorer, descriptions, args.repair_top))]
             rankers[f"repair on top {args.repair_top}"] = repairs[0]
             rankers["diagnostic + repair"] = fused_ranker([diagnostic, *repairs])

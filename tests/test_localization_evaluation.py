@@ -59,6 +59,8 @@ def test_unknown_evaluation_set_is_a_clear_error(capsys):
     assert "unknown evaluation set(s) ['nope']" in capsys.readouterr().err
     assert pinpoint(["eval-localization", "--sets", "humanevalfix", "--repair-sets", "humaneval"]) == 2
     assert "unknown evaluation set(s) ['humaneval']" in capsys.readouterr().err
+    assert pinpoint(["eval-localization", "--sets", "humanevalfix", "--repair-top", "0"]) == 2
+    assert "--repair-top must be at least 1" in capsys.readouterr().err
 
 
 def test_missing_or_foreign_checkpoint_is_named(tmp_path, capsys):
