@@ -30,6 +30,8 @@ def register(subparsers) -> None:
     p.add_argument("--cached-only", action="store_true",
                    help="train on the programs whose confidences are already cached (no LLM scoring)")
     p.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default cpu)")
+    p.add_argument("--repository-bases", type=int, default=0, metavar="N",
+                   help="also mutate N functions of the offline repositories (files SWE-bench touches left out)")
     p.add_argument("--save-examples", type=Path, default=None,
                    help="build the scored train/validation examples, write them here and stop (to train elsewhere)")
     p.add_argument("--examples", type=Path, default=None,
@@ -75,7 +77,7 @@ def _train(args) -> int:
     from localization.scorer import LocalScorer
     from localization.training import TrainConfig, train
 
-    cfg = DataConfig(seed=args.seed)
+    cfg = DataConfig(seed=args.seed, repository_bases=args.repository_bases)
     if args.examples:
         try:
             saved = load_examples(args.examples)

@@ -104,32 +104,99 @@ def swebench_functions(max_chars: int = 4000) -> list[Program]:
     changes, as it stood at the row's base commit (dedented), with the issue's text as its description. Only rows
     whose repository is in `repos/`; functions longer than `max_chars` and changes outside any function are left out.
     Ordered round-robin over repositories, so a `--limit` keeps every repository."""
+    from localization.repair import enclosing_functions
+
+    per_repo: dict[str, list[Program]] = {}
+    for repo, instances in _offline_swebench().values():
+        for instance in instances:
+            for path, gold in sorted(patch_gold_lines(instance.patch).items()):
+                if not path.endswith(".py"):
+                    continue
+                source = repo.git.show(f"{instance.base_commit}:{path}")
+                lines = source.splitlines(keepends=True)
+                for (first, last), inside in sorted(enclosing_functions(source, gold).items()):
+                    code = textwrap.dedent("".join(lines[first - 1 : last]))
+                    if len(code) <= max_chars:
+                        per_repo.setdefault(instance.repo, []).append(Program(
+                            id=f"swebench/{instance.instance_id}/{path}:{first}", group=instance.instance_id,
+                            source="swebench", code=code, buggy_lines=tuple(sorted(n - first + 1 for n in inside)),
+                            meta={"repo": instance.repo}, description=instance.problem_statement))
+    queues = [per_repo[r] for r in sorted(per_repo)]
+    return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+
+
+@cache
+def repository_functions(repos: tuple[str, ...] | None = None) -> list[Program]:
+    """Correct-code bases from the offline repositories (`owner__name`; default all): every function and method at
+    the newest base commit of the repository's SWE-bench rows, dedented, with its docstring as its description.
+    Test files and every file a SWE-bench fix or test patch touches are left out, so the `swebench` set stays held
+    out; grouped by file, so a file's functions share a split."""
+    from localization.mutations import Source, nodes
+    from localization.retrieval import is_test_path
+
+    out = []
+    for name, (repo, instances) in sorted(_offline_swebench().items()):
+        if repos is not None and name not in repos:
+            continue
+        touched = {f.path for i in instances for patch in (i.patch, i.test_patch) for f in _patched_files(patch)}
+        commit = max(instances, key=lambda i: i.created_at).base_commit
+        for path in repo.git.ls_tree("-r", "--name-only", commit).splitlines():
+            if not path.endswith(".py") or is_test_path(path) or path in touched:
+                continue
+            source = Source(repo.git.show(f"{commit}:{path}"))
+            lines = source.code.splitlines(keepends=True)
+            for node in nodes(source.tree.root_node):
+                if node.type != "function_definition" or _inside_function(node):
+                    continue
+                first, last = node.start_point[0] + 1, node.end_point[0] + 1
+                body = node.child_by_field_name("body")
+                doc = body.named_children[0] if body is not None and body.named_children else None
+                described = doc is not None and doc.type == "expression_statement" and doc.named_children and \
+                    doc.named_children[0].type == "string"
+                out.append(Program(
+                    id=f"repo/{name}/{path}:{first}", group=f"repo/{name}/{path}", source="repository",
+                    code=textwrap.dedent("".join(lines[first - 1 : last])), meta={"repo": name},
+                    description=_docstring(source.text(doc.named_children[0])) if described else ""))
+    return sorted(out, key=lambda p: p.id)
+
+
+def _docstring(literal: str) -> str:
+    try:
+        value = ast.literal_eval(literal)
+    except (ValueError, SyntaxError):
+        return ""
+    return textwrap.dedent(value).strip() if isinstance(value, str) else ""
+
+
+def _inside_function(node) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "function_definition":
+            return True
+        parent = parent.parent
+    return False
+
+
+@cache
+def _offline_swebench() -> dict:
+    """{owner__name: (git.Repo of the offline bare repository, its SWE-bench Verified rows)} for repos in `repos/`."""
     import git
 
     from environments.repo_image import extract_shared_repo
-    from localization.repair import enclosing_functions
     from swebench_eval.datasets import load_instances
 
     offline = {p.name.removesuffix(".git.tar") for p in (data_dir() / "repos").glob("*.git.tar")}
-    per_repo: dict[str, list[Program]] = {}
+    rows: dict[str, list] = {}
     for instance in load_instances(data_dir() / "swebench_verified_dev.jsonl.gz"):
-        if instance.owner_name not in offline:
-            continue
-        repo = git.Repo(extract_shared_repo(instance.owner_name))
-        for path, gold in sorted(patch_gold_lines(instance.patch).items()):
-            if not path.endswith(".py"):
-                continue
-            source = repo.git.show(f"{instance.base_commit}:{path}")
-            lines = source.splitlines(keepends=True)
-            for (first, last), inside in sorted(enclosing_functions(source, gold).items()):
-                code = textwrap.dedent("".join(lines[first - 1 : last]))
-                if len(code) <= max_chars:
-                    per_repo.setdefault(instance.repo, []).append(Program(
-                        id=f"swebench/{instance.instance_id}/{path}:{first}", group=instance.instance_id,
-                        source="swebench", code=code, buggy_lines=tuple(sorted(n - first + 1 for n in inside)),
-                        meta={"repo": instance.repo}, description=instance.problem_statement))
-    queues = [per_repo[r] for r in sorted(per_repo)]
-    return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+        if instance.owner_name in offline:
+            rows.setdefault(instance.owner_name, []).append(instance)
+    return {name: (git.Repo(extract_shared_repo(name)), instances) for name, instances in rows.items()}
+
+
+def _patched_files(patch: str):
+    from unidiff import PatchSet
+
+    return PatchSet(patch)
 
 
 def patch_gold_lines(patch: str) -> dict[str, set[int]]:

@@ -51,6 +51,8 @@ class DataConfig:
     livecodebench_bases: int = 1000
     debugbench: int = 1100
     condefects_train: int = 2100
+    #: functions of the offline repositories (`data.repository_functions`) as bases; 0 keeps the shipped recipe
+    repository_bases: int = 0
     #: the validation split takes this fraction of each training count
     val_fraction: float = 0.25
     condefects_test: int = 120
@@ -132,6 +134,8 @@ def training_programs(split: str, cfg: DataConfig = DataConfig()) -> tuple[list[
 
     bases = pick(data.bigcodebench_solutions(), cfg.bigcodebench_bases)
     bases += pick(data.livecodebench_solutions(), cfg.livecodebench_bases)
+    if cfg.repository_bases:
+        bases += pick(data.repository_functions(), cfg.repository_bases)
     real = pick(data.debugbench(), cfg.debugbench) + pick(data.condefects(), cfg.condefects_train)
     if cfg.undescribed_twins:
         bases += [replace(p, description="") for p in bases if p.description]

@@ -103,3 +103,19 @@ def test_swebench_functions_are_the_functions_real_fixes_change_at_their_base_co
     assert fix.code.startswith("def prepare_content_length(self, body):")
     assert [fix.code.splitlines()[n - 1].strip() for n in fix.buggy_lines] == ["self.headers['Content-Length'] = '0'"]
     assert "content length" in fix.description.lower()
+
+
+def test_repository_functions_leave_out_tests_and_every_file_swebench_touches():
+    programs = data.repository_functions(("psf__requests",))
+    assert len(programs) > 50
+    touched = {p.id.split("/", 2)[2].rsplit(":", 1)[0] for p in evaluation_programs("swebench")
+               if p.meta["repo"] == "psf/requests"}
+    assert "requests/models.py" in touched  # psf/requests#1142's fix
+    for p in programs:
+        path = p.group.removeprefix("repo/psf__requests/")
+        assert path not in touched and not path.startswith("tests/") and p.code.startswith(("def ", "async def "))
+    described = [p for p in programs if p.description]
+    assert described and all('"""' not in p.description for p in described)  # the docstring's text, unquoted
+    cfg = DataConfig(repository_bases=10_000, bigcodebench_bases=0, livecodebench_bases=0)
+    bases, _ = training_programs("val", cfg)
+    assert bases and all(data.split_of(p.group) == "val" for p in bases if p.source == "repository")
