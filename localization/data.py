@@ -2,8 +2,9 @@
 
 Held out, never trained on: HumanEvalFix (and all of HumanEval, whose canonical solutions it was made from),
 PDB-Multi (and the BigCodeBench / LiveCodeBench tasks it was generated from, and DebugBench rows on the same LeetCode
-problems), and the functions SWE-bench Verified's fixes change (no repository code is trained on). ConDefects and the
-remaining pools are split by base task, so no task is in two splits.
+problems), and the functions SWE-bench Verified's fixes change (the repository pool leaves out every file SWE-bench
+touches). ConDefects and the remaining pools are split by base task (repository functions by file), so no task is in
+two splits.
 """
 
 from __future__ import annotations
