@@ -139,7 +139,7 @@ def repository_functions(repos: tuple[str, ...] | None = None) -> list[Program]:
     for name, (repo, instances) in sorted(_offline_swebench().items()):
         if repos is not None and name not in repos:
             continue
-        touched = {f.path for i in instances for patch in (i.patch, i.test_patch) for f in _patched_files(patch)}
+        touched = {path for i in instances for patch in (i.patch, i.test_patch) for path in patch_gold_lines(patch)}
         commit = max(instances, key=lambda i: i.created_at).base_commit
         for path in repo.git.ls_tree("-r", "--name-only", commit).splitlines():
             if not path.endswith(".py") or is_test_path(path) or path in touched:
@@ -193,11 +193,6 @@ def _offline_swebench() -> dict:
             rows.setdefault(instance.owner_name, []).append(instance)
     return {name: (git.Repo(extract_shared_repo(name)), instances) for name, instances in rows.items()}
 
-
-def _patched_files(patch: str):
-    from unidiff import PatchSet
-
-    return PatchSet(patch)
 
 
 def patch_gold_lines(patch: str) -> dict[str, set[int]]:
