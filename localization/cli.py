@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                         "reading the task's description moved each unit's confidence")
     p.add_argument("--out", type=Path, default=None, help="checkpoint path (default: the shipped default's path)")
     p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--lr", type=float, default=None, help="default 1e-4 (paper) / 1e-3 (small)")
+    p.add_argument("--lr", type=float, default=None, help="default 1e-4 (paper, and --init-from) / 1e-3 (small)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget", type=float, default=None, help="stop after the epoch that passes N seconds")
@@ -30,8 +30,13 @@ def register(subparsers) -> None:
     p.add_argument("--cached-only", action="store_true",
                    help="train on the programs whose confidences are already cached (no LLM scoring)")
     p.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default cpu)")
-    p.add_argument("--repository-bases", type=int, default=0, metavar="N",
-                   help="also mutate N functions of the offline repositories (files SWE-bench touches left out)")
+    p.add_argument("--pool", action="append", default=[], metavar="NAME=N", type=_pool_size,
+                   help="take N programs from a training pool instead of the recipe's count; NAME is one of "
+                        f"{', '.join(POOLS)}; `repository` (functions of the offline repositories, files SWE-bench "
+                        "touches left out) is 0 unless given; repeatable")
+    p.add_argument("--init-from", type=Path, default=None, metavar="CHECKPOINT",
+                   help="start from this checkpoint's weights, keeping its config and vocabulary (fine-tuning, e.g. "
+                        "on `--pool repository=N` alone; needs --out); --config and --confidence do not apply")
     p.add_argument("--save-examples", type=Path, default=None,
                    help="build the scored train/validation examples, write them here and stop (to train elsewhere)")
     p.add_argument("--examples", type=Path, default=None,
@@ -59,6 +64,18 @@ def register(subparsers) -> None:
     p.set_defaults(func=_bench)
 
 
+#: `--pool` names and the `DataConfig` count each one sets
+POOLS = {"bigcodebench": "bigcodebench_bases", "livecodebench": "livecodebench_bases", "debugbench": "debugbench",
+         "condefects": "condefects_train", "repository": "repository_bases"}
+
+
+def _pool_size(text: str) -> tuple[str, int]:
+    name, _, count = text.partition("=")
+    if name not in POOLS or not count.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(POOLS)}, got {text!r}")
+    return POOLS[name], int(count)
+
+
 def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -73,11 +90,22 @@ def _train(args) -> int:
         training_programs,
     )
     from localization.diagnostic import DEFAULT_CHECKPOINT
-    from localization.model import CONFIGS
+    from localization.model import CONFIGS, Checkpoint
     from localization.scorer import LocalScorer
     from localization.training import TrainConfig, train
 
-    cfg = DataConfig(seed=args.seed, repository_bases=args.repository_bases)
+    init = None
+    if args.init_from:
+        if not args.out:
+            print("pinpoint train-diagnostic: --init-from needs --out (the checkpoint it starts from stays as it is)",
+                  file=sys.stderr)
+            return 2
+        try:
+            init = Checkpoint.load(args.init_from)  # before scoring: a bad path should not cost an hour first
+        except (OSError, ValueError) as exc:
+            print(f"pinpoint train-diagnostic: {exc}", file=sys.stderr)
+            return 2
+    cfg = DataConfig(seed=args.seed, **dict(args.pool))
     if args.examples:
         try:
             saved = load_examples(args.examples)
@@ -99,17 +127,18 @@ def _train(args) -> int:
         save_examples(args.save_examples, splits, cfg)
         print(json.dumps({"examples": str(args.save_examples), **{k: len(v) for k, v in splits.items()}}))
         return 0
-    lr = args.lr if args.lr is not None else (1e-4 if args.config == "paper" else 1e-3)
+    lr = args.lr if args.lr is not None else (1e-4 if init or args.config == "paper" else 1e-3)
     tcfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
                        time_budget_s=args.time_budget, threads=args.threads, device=args.device,
                        **{k: v for k in ("token_dropout", "line_loss", "ema") if (v := getattr(args, k)) is not None})
-    model_config = CONFIGS[args.config]
-    if args.confidence:
+    model_config = init.config if init else CONFIGS[args.config]
+    if args.confidence and not init:
         model_config = replace(model_config, confidence=args.confidence)
-    checkpoint = train(splits["train"], splits["val"], model_config, tcfg, log=_log)
+    checkpoint = train(splits["train"], splits["val"], model_config, tcfg, log=_log, init=init)
     checkpoint.training["data_config"] = cfg.__dict__
     checkpoint.training["cached_only"] = args.cached_only
     checkpoint.training["device"] = args.device
+    checkpoint.training["init_from"] = str(args.init_from) if init else None
     out = args.out or DEFAULT_CHECKPOINT.with_name(f"diagnostic-{args.config}.pt")
     checkpoint.save(out)
     print(json.dumps({"checkpoint": str(out), "best_epoch": checkpoint.metrics["epoch"], "val": checkpoint.metrics["val"]}))

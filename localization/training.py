@@ -118,7 +118,13 @@ def train(
     model_config: ModelConfig,
     cfg: TrainConfig = TrainConfig(),
     log: Callable[[str], None] = print,
+    init: Checkpoint | None = None,
 ) -> Checkpoint:
+    """Train from scratch, or from `init`'s weights and vocabulary (fine-tuning; `model_config` must be its config:
+    a new vocabulary or shape would void the weights). Its first candidate is `init` itself, scored on `val_examples`,
+    so fine-tuning that does not help keeps the weights it started from."""
+    if init and init.config != model_config:
+        raise ValueError("fine-tuning keeps the checkpoint's config; pass init.config as model_config")
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     torch.set_num_threads(cfg.threads)
@@ -127,12 +133,15 @@ def train(
         raise ValueError("no training example has a buggy unit; nothing to learn from")
     if not any(ex.target >= 0 for ex in val_examples):
         raise ValueError("no validation example has a buggy unit; the best checkpoint could not be chosen")
-    vocab = Vocabulary.build((ex.units for ex in usable), min_count=cfg.min_count)
+    vocab = init.vocab if init else Vocabulary.build((ex.units for ex in usable), min_count=cfg.min_count)
     items = [(featurize(ex.units, ex.confidences, vocab, model_config.confidence), ex.target) for ex in usable]
     device = torch.device(cfg.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # ~3e-4 relative error in matmuls: far below what training moves
-    model = DiagnosticModel(model_config, len(vocab)).to(device)
+    model = DiagnosticModel(model_config, len(vocab))
+    if init:
+        model.load_state_dict(init.state_dict)
+    model = model.to(device)
     unknown_of_type = torch.tensor([vocab.index[f"<unk:{t}>"] for t in UNIT_TYPES], device=device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema)) if cfg.ema > 0 else None
@@ -166,7 +175,7 @@ def train(
         metrics = evaluate_examples(scored, val_examples, vocab)
         history.append({"epoch": epoch, "train_loss": total / max(1, steps), **metrics})
         log(f"epoch {epoch}: loss {total / max(1, steps):.3f} val {_fmt(metrics)}")
-        if metrics["exact_match"] > best.metrics["val"]["exact_match"] or best.metrics["epoch"] == 0:
+        if metrics["exact_match"] > best.metrics["val"]["exact_match"] or (best.metrics["epoch"] == 0 and not init):
             best = Checkpoint(model_config, vocab, _state(scored), {"val": metrics, "epoch": epoch})
         if cfg.time_budget_s is not None and time.monotonic() - start > cfg.time_budget_s:
             log(f"time budget of {cfg.time_budget_s:.0f}s reached after epoch {epoch}")

@@ -169,3 +169,56 @@ def test_a_file_that_is_not_saved_examples_is_a_clear_error(tmp_path, capsys):
     assert "is not a pinpoint examples file" in capsys.readouterr().err
     assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "none.pkl.gz")]) == 2
     assert "no examples at" in capsys.readouterr().err
+
+
+def test_fine_tuning_starts_from_the_checkpoint_and_keeps_it_unless_validation_improves():
+    """`init`: the start is the trained checkpoint (its validation score, not a random model's), its vocabulary
+    is kept, and a run that cannot improve on it (lr 0) returns its weights unchanged."""
+    examples = _standin_examples()
+    train_set, val_set = examples[:60], examples[60:]
+    trained = train(train_set, val_set, TINY, TrainConfig(epochs=5, batch_size=8, lr=3e-3, seed=0, ema=0.7),
+                    log=lambda _: None)
+    tuned = train(train_set, val_set, TINY, TrainConfig(epochs=1, batch_size=8, lr=0.0, seed=1, ema=0.0),
+                  log=lambda _: None, init=trained)
+    assert tuned.training["history"][0]["exact_match"] == trained.metrics["val"]["exact_match"]
+    assert tuned.training["history"][0]["exact_match"] > trained.training["history"][0]["exact_match"] + 0.2
+    assert tuned.metrics["epoch"] == 0 and tuned.vocab.tokens == trained.vocab.tokens
+    assert all(torch.equal(tuned.state_dict[k], v) for k, v in trained.state_dict.items())
+    with pytest.raises(ValueError, match="keeps the checkpoint's config"):
+        train(train_set, val_set, replace(TINY, layers=2), TrainConfig(epochs=1), log=lambda _: None, init=trained)
+
+
+def test_cli_fine_tunes_a_saved_checkpoint_and_refuses_to_overwrite_it(tmp_path, capsys):
+    examples = _standin_examples()
+    save_examples(tmp_path / "ex.pkl.gz", {"train": examples[:60], "val": examples[60:]}, DataConfig())
+    start = tmp_path / "start.pt"
+    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1",
+                             "--out", str(start)]) == 0
+    tuned = tmp_path / "tuned.pt"
+    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1",
+                             "--init-from", str(start), "--out", str(tuned)]) == 0
+    before, after = Checkpoint.load(start), Checkpoint.load(tuned)
+    assert after.training["init_from"] == str(start) and after.vocab.tokens == before.vocab.tokens
+    assert after.training["train_config"]["lr"] == 1e-4  # fine-tuning's default rate
+    capsys.readouterr()
+    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"),
+                             "--init-from", str(start)]) == 2
+    assert "--init-from needs --out" in capsys.readouterr().err
+    assert localization_cli(["train-diagnostic", "--init-from", str(tmp_path / "none.pt"), "--out", str(tuned)]) == 2
+    assert "no diagnostic checkpoint at" in capsys.readouterr().err
+
+
+def test_pool_sizes_reach_the_data_config_and_unknown_pools_are_rejected(tmp_path, monkeypatch, capsys):
+    """`--pool NAME=N` sets that pool's count; with an empty cache and `--cached-only` nothing is scored, so the
+    saved file shows the recipe the flags made."""
+    monkeypatch.setenv("PINPOINT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "ex.pkl.gz"
+    assert localization_cli(["train-diagnostic", "--cached-only", "--save-examples", str(out),
+                             "--pool", "bigcodebench=3", "--pool", "livecodebench=0", "--pool", "debugbench=0",
+                             "--pool", "condefects=0"]) == 0
+    saved = load_examples(out)["data_config"]
+    assert (saved["bigcodebench_bases"], saved["livecodebench_bases"], saved["debugbench"],
+            saved["condefects_train"], saved["repository_bases"]) == (3, 0, 0, 0, 0)
+    with pytest.raises(SystemExit) as exited:
+        localization_cli(["train-diagnostic", "--pool", "github=5"])
+    assert exited.value.code == 2 and "NAME one of bigcodebench" in capsys.readouterr().err
