@@ -64,15 +64,16 @@ def safe_name(text: str) -> str:
 
 def default_localizers(runtime: Runtime, config: Config) -> list[Localizer]:
     """Retrieval from the issue text, lexical file ranking, failing-test tracebacks, plus the FLARE diagnostic model
-    (`agent.diagnostic`) and repair likelihood over its top lines (`agent.repair`) when its checkpoint is installed;
+    (`agent.diagnostic`, its checkpoint fine-tuned on repository code) and repair likelihood over its top lines
+    (`agent.repair`) when that checkpoint is installed;
     callers may pass any other list."""
     localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), LexicalLocalizer(runtime),
                                    RetrievalLocalizer(runtime, "tests")]
     if config.agent.diagnostic or config.agent.repair:
         from localization import diagnostic, repair
 
-        if diagnostic.DEFAULT_CHECKPOINT.exists():
-            model = diagnostic.DiagnosticLocalizer()
+        if diagnostic.REPOSITORY_CHECKPOINT.exists():
+            model = diagnostic.DiagnosticLocalizer(diagnostic.REPOSITORY_CHECKPOINT)
             if config.agent.diagnostic:
                 localizers.append(model)
             if config.agent.repair:  # the model picks the lines whose repairs are scored

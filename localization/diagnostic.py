@@ -20,6 +20,10 @@ from localization.suspects import LocalizationRequest, Suspect
 from localization.units import lexical_units
 
 DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "diagnostic-small.pt"
+#: the default fine-tuned on functions of the offline repositories (with some of its own data replayed): better on
+#: real repository code (the `swebench` set), worse on HumanEvalFix with docstrings; what the agent reads repositories
+#: with (docs/localization.md, "Fine-tuning on repository code")
+REPOSITORY_CHECKPOINT = DEFAULT_CHECKPOINT.with_name("diagnostic-small-repository.pt")
 
 
 @dataclass(frozen=True)

@@ -59,3 +59,5 @@ def test_the_agent_adds_the_repair_signal_when_asked():
     assert "repair" not in plain and "flare" not in plain
     assert [loc.name for loc in with_repair] == [*plain, "repair"]  # the model picks its lines, not a signal itself
     assert isinstance(with_repair[-1], RepairLocalizer)
+    # repositories are read with the checkpoint fine-tuned on repository code
+    assert with_repair[-1].diagnostic.checkpoint.training["init_from"] == "localization/checkpoints/diagnostic-small.pt"
