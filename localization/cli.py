@@ -76,6 +76,12 @@ def _pool_size(text: str) -> tuple[str, int]:
     return POOLS[name], int(count)
 
 
+def _refuse(command: str, reason: object) -> int:
+    """Say why `pinpoint COMMAND` cannot go on; the exit status of a bad input."""
+    print(f"pinpoint {command}: {reason}", file=sys.stderr)
+    return 2
+
+
 def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -97,21 +103,17 @@ def _train(args) -> int:
     init = None
     if args.init_from:
         if not args.out:
-            print("pinpoint train-diagnostic: --init-from needs --out (the checkpoint it starts from stays as it is)",
-                  file=sys.stderr)
-            return 2
+            return _refuse("train-diagnostic", "--init-from needs --out (the checkpoint it starts from stays as it is)")
         try:
             init = Checkpoint.load(args.init_from)  # before scoring: a bad path should not cost an hour first
         except (OSError, ValueError) as exc:
-            print(f"pinpoint train-diagnostic: {exc}", file=sys.stderr)
-            return 2
+            return _refuse("train-diagnostic", exc)
     cfg = DataConfig(seed=args.seed, **dict(args.pool))
     if args.examples:
         try:
             saved = load_examples(args.examples)
         except (OSError, ValueError) as exc:
-            print(f"pinpoint train-diagnostic: {exc}", file=sys.stderr)
-            return 2
+            return _refuse("train-diagnostic", exc)
         splits, cfg = saved["splits"], DataConfig(**saved["data_config"])
         _log(f"{args.examples}: " + ", ".join(f"{len(v)} {k} examples" for k, v in splits.items()))
     else:
@@ -177,8 +179,7 @@ def _eval(args) -> int:
     try:
         checkpoint = Checkpoint.load(checkpoint_path)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"pinpoint eval-localization: {exc}", file=sys.stderr)
-        return 2
+        return _refuse("eval-localization", exc)
     scorer = LocalScorer()
     table = {}
     for name in sets:
