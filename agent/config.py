@@ -17,9 +17,10 @@ from typing import Any, Literal
 import yaml
 
 from agent.llm import LLMConfig
+from environments.errors import PinpointError
 
 
-class ConfigError(ValueError):
+class ConfigError(PinpointError, ValueError):
     """A configuration value is missing, unknown or of the wrong type; the message names the field."""
 
 

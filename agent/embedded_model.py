@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.llm import LLMConfig
+from environments.errors import PinpointError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ DEFAULT_CTX = 8192  # SmolLM2's trained context
 STARTUP_TIMEOUT_S = 120.0
 
 
-class EmbeddedModelError(RuntimeError):
+class EmbeddedModelError(PinpointError, RuntimeError):
     """The embedded model could not be found or started; the message says how to fix it."""
 
 

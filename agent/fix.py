@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from environments.errors import PinpointError
 from environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
 from environments.local import clone_checkout
 from environments.repo_image import repo_image_tag
@@ -34,7 +35,7 @@ $PIP install pytest || echo "pinpoint: pytest not installed (offline?)"
 """
 
 
-class IssueError(ValueError):
+class IssueError(PinpointError, ValueError):
     """The issue could not be read; the message says why and what to do instead."""
 
 

@@ -34,6 +34,8 @@ from typing import Any, Literal
 
 import openai
 
+from environments.errors import PinpointError
+
 log = logging.getLogger(__name__)
 
 ToolMode = Literal["native", "text"]
@@ -41,7 +43,7 @@ PLACEHOLDER_KEY = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key; the
 MAX_BACKOFF_S = 30.0
 
 
-class LLMError(RuntimeError):
+class LLMError(PinpointError, RuntimeError):
     """The endpoint could not give a usable reply; the message says what happened and where."""
 
 

@@ -8,11 +8,12 @@ from dataclasses import asdict, dataclass
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from environments.errors import PinpointError
 from environments.runtime import Runtime
 from tools.run_tests import parse_pytest
 
 
-class PatchError(RuntimeError):
+class PatchError(PinpointError, RuntimeError):
     """A patch that does not apply to the base commit."""
 
 

@@ -20,12 +20,14 @@ from pathlib import Path
 
 import docker
 
-DOCKERD_LOG = Path(os.environ.get("PINPOINT_DOCKERD_LOG", "/var/log/pinpoint-dockerd.log"))
+from environments import paths
+from environments.errors import PinpointError
+
 #: seconds to wait for a started dockerd to answer
 START_TIMEOUT_S = 120.0
 
 
-class EngineUnavailable(RuntimeError):
+class EngineUnavailable(PinpointError, RuntimeError):
     """No Docker engine answers and pinpoint cannot start one here; the message says what to do."""
 
 
@@ -134,9 +136,10 @@ def _start_dockerd(log=print) -> subprocess.Popen:
     path = _dockerd_path()
     if path is None:
         raise EngineUnavailable("dockerd is not on this machine after installing docker.io; install Docker by hand.")
-    DOCKERD_LOG.parent.mkdir(parents=True, exist_ok=True)
-    log(f"pinpoint: starting {path} in the background (log: {DOCKERD_LOG})")
-    with open(DOCKERD_LOG, "ab") as out:
+    log_path = paths.dockerd_log()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"pinpoint: starting {path} in the background (log: {log_path})")
+    with open(log_path, "ab") as out:
         return subprocess.Popen([path], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
 
@@ -150,18 +153,19 @@ def _wait_for_engine(timeout: float, dockerd: subprocess.Popen | None = None) ->
             with contextlib.suppress(Exception):  # it may still be a second dockerd that lost to a running one
                 return _connect()
             raise EngineUnavailable(f"dockerd exited with status {dockerd.returncode} before answering. "
-                                    f"Last lines of {DOCKERD_LOG}:\n{_log_tail()}")
+                                    f"Last lines of {paths.dockerd_log()}:\n{_log_tail()}")
         try:
             return _connect()
         except Exception as exc:  # not up yet: same family of errors as in probe()
             error = str(exc)
             time.sleep(0.5)
     raise EngineUnavailable(f"dockerd did not answer within {timeout:g}s ({error}). "
-                            f"Last lines of {DOCKERD_LOG}:\n{_log_tail()}")
+                            f"Last lines of {paths.dockerd_log()}:\n{_log_tail()}")
 
 
 def _log_tail() -> str:
-    return DOCKERD_LOG.read_text(errors="replace")[-3000:] if DOCKERD_LOG.exists() else "(no log)"
+    log_path = paths.dockerd_log()
+    return log_path.read_text(errors="replace")[-3000:] if log_path.exists() else "(no log)"
 
 
 def ensure_engine(*, timeout: float = START_TIMEOUT_S, log=print) -> docker.DockerClient:

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import docker
 
-from environments import engine
+from environments import engine, paths
+from environments.errors import PinpointError
 from environments.labels import MANAGED_LABEL, RUN_LABEL, container_labels
 
 BASE_REPOSITORY = "pinpoint/base"
@@ -41,11 +42,11 @@ _STEP_SCRIPT = "/tmp/pinpoint-step.sh"
 _PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 
 
-class UnsupportedPythonVersion(ValueError):
+class UnsupportedPythonVersion(PinpointError, ValueError):
     """No base image can be made for this Python version here (no registry, no Debian suite ships it)."""
 
 
-class BuildError(RuntimeError):
+class BuildError(PinpointError, RuntimeError):
     """A build step failed; `log_tail` holds the end of its output."""
 
     def __init__(self, message: str, log_tail: str = "") -> None:
@@ -53,17 +54,11 @@ class BuildError(RuntimeError):
         self.log_tail = log_tail
 
 
-def cache_dir() -> Path:
-    path = Path(os.environ.get("PINPOINT_CACHE", Path.home() / ".cache" / "pinpoint"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 @contextlib.contextmanager
 def file_lock(name: str) -> Iterator[None]:
     """Hold an exclusive lock named `name` across processes (released when the block ends or the process dies)."""
-    locks = cache_dir() / "locks"
-    locks.mkdir(exist_ok=True)
+    locks = paths.cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
     with open(locks / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

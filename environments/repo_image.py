@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
-from environments.images import cache_dir, commit_build_step, ensure_base_image, file_lock, image_exists
+from environments import paths
+from environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
 from environments.local import clone_checkout
 
-#: the read-only shared data (../shared/data beside the project; override with PINPOINT_SHARED_DATA, as everywhere)
-SHARED_DATA = Path(os.environ.get("PINPOINT_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 REPO_WORKDIR = "/testbed"
 VENV = "/opt/venv"
 #: editable install without downloads: the base image's venv brings setuptools, dependencies are not installed
@@ -27,20 +27,34 @@ python3 -m venv {VENV}
 """
 
 
+def extract_git_tar(archive: Path, target: Path) -> Path:
+    """The bare repository in `archive` (a tar of one `<name>.git` folder), extracted once to `target`.
+
+    Extraction goes to a temporary folder beside `target` and is renamed into place, under a lock, so concurrent
+    callers and a killed extraction never leave a half-written repository."""
+    if not archive.is_file():
+        raise FileNotFoundError(f"{archive} is missing: the shared data must sit at {paths.shared_data()} "
+                                "(or set PINPOINT_SHARED_DATA / PINPOINT_REPOS_DIR)")
+    with file_lock(f"extract-{target}"):
+        if not (target / "HEAD").exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".extract-"))
+            try:
+                with tarfile.open(archive) as tar:
+                    tar.extractall(tmp, filter="data")
+                inner = [p for p in tmp.iterdir() if (p / "HEAD").exists()]
+                if len(inner) != 1:
+                    raise ValueError(f"{archive} does not hold exactly one git directory")
+                inner[0].rename(target)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def extract_shared_repo(name: str, dest: str | os.PathLike | None = None) -> Path:
-    """Path of the bare repository ../shared/data/repos/<name>.git.tar, extracted into `dest` (default: cache)."""
-    tar_path = SHARED_DATA / "repos" / f"{name}.git.tar"
-    if not tar_path.is_file():
-        raise FileNotFoundError(
-            f"{tar_path} is missing: the shared data must sit at {SHARED_DATA} (or set PINPOINT_SHARED_DATA)")
-    target = Path(dest) if dest is not None else cache_dir() / "repos"
-    repo = target / f"{name}.git"
-    with file_lock(f"extract-{target}-{name}"):
-        if not (repo / "HEAD").exists():
-            target.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(tar_path) as tar:
-                tar.extractall(target, filter="tar")
-    return repo
+    """The offline repository `<repos_dir>/<name>.git.tar`, extracted into `dest` (default: the cache)."""
+    target = Path(dest) if dest is not None else paths.cache_dir() / "repos"
+    return extract_git_tar(paths.repos_dir() / f"{name}.git.tar", target / f"{name}.git")
 
 
 def repo_image_tag(source: str | os.PathLike, commit: str, python_version: str, script: str) -> str:

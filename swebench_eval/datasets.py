@@ -13,15 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swebench_eval.paths import SHARED_DATA
+from environments import paths
+from environments.errors import PinpointError
 
-DEFAULT_DATASET = SHARED_DATA / "swebench_verified_dev.jsonl.gz"
+
+def default_dataset() -> Path:
+    """The SWE-bench Verified dev rows in the shared data."""
+    return paths.shared_data() / "swebench_verified_dev.jsonl.gz"
+
 
 _REQUIRED_STR = ("instance_id", "repo", "base_commit", "patch", "test_patch", "version")
 _TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
 
 
-class DatasetError(ValueError):
+class DatasetError(PinpointError, ValueError):
     """A dataset that cannot be read, or a row with a missing or malformed field."""
 
 
@@ -162,7 +167,7 @@ def load_instances(
     repos: Iterable[str] | None = None,
 ) -> list[Instance]:
     """Load and validate every row; keep only `ids` / `repos` when given (unknown ids are an error)."""
-    source = str(path or DEFAULT_DATASET)
+    source = str(path or default_dataset())
     instances: list[Instance] = []
     seen: set[str] = set()
     for where, row in _read_rows(source):

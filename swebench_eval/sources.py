@@ -7,23 +7,21 @@ but nothing newer, so an agent in the container cannot read the fix from later h
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import threading
 from pathlib import Path
 
-from swebench_eval.paths import CACHE_DIR, SHARED_DATA
-
-DEFAULT_REPOS_DIR = Path(os.environ.get("PINPOINT_REPOS_DIR", SHARED_DATA / "repos"))
+from environments import paths
+from environments.errors import PinpointError
+from environments.repo_image import extract_git_tar
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
-class SourceError(RuntimeError):
+class SourceError(PinpointError, RuntimeError):
     """A repository or commit that cannot be found in any configured source."""
 
 
@@ -48,9 +46,9 @@ class RepoSources:
 
     def __init__(self, repos_dir: Path | str | None = None, overrides: dict[str, str] | None = None,
                  cache_dir: Path | str | None = None) -> None:
-        self.repos_dir = Path(repos_dir or DEFAULT_REPOS_DIR)
+        self.repos_dir = Path(repos_dir or paths.repos_dir())
         self.overrides = dict(overrides or {})
-        self.cache_dir = Path(cache_dir or CACHE_DIR) / "repos"
+        self.cache_dir = Path(cache_dir or paths.cache_dir()) / "repos"
 
     def git_dir(self, repo: str) -> Path:
         """A directory git can read `repo`'s history from (bare or with a work tree)."""
@@ -67,9 +65,10 @@ class RepoSources:
     def _from_location(self, key: str, location: str) -> Path:
         if location.endswith(".git.tar"):
             target = self.cache_dir / f"{key}.git"
-            if not (target / "HEAD").exists():
-                self._extract(Path(location), target)
-            return target
+            try:
+                return extract_git_tar(Path(location), target)
+            except ValueError as exc:
+                raise SourceError(str(exc)) from None
         if "://" in location or location.startswith("git@"):
             target = self.cache_dir / f"{key}.git"
             if not (target / "HEAD").exists():
@@ -86,18 +85,6 @@ class RepoSources:
     def _ensure_cache(self) -> Path:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         return self.cache_dir
-
-    def _extract(self, archive: Path, target: Path) -> None:
-        tmp = Path(tempfile.mkdtemp(dir=self._ensure_cache()))
-        try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(tmp, filter="data")
-            inner = [p for p in tmp.iterdir() if (p / "HEAD").exists()]
-            if len(inner) != 1:
-                raise SourceError(f"{archive} does not hold exactly one git directory")
-            inner[0].rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     def has_commit(self, repo: str, commit: str) -> bool:
         git_dir = self.git_dir(repo)

@@ -16,11 +16,10 @@ import yaml
 from swebench.harness.constants import NON_TEST_EXTS
 from unidiff import PatchSet
 
+from environments import paths
+from environments.errors import PinpointError
 from swebench_eval.datasets import Instance
-from swebench_eval.paths import SHARED_DATA
 from swebench_eval.sources import RepoSources
-
-DEFAULT_SPECS = SHARED_DATA / "swebench_specs_python.json"
 
 #: the official harness reads these files at the environment setup commit (swebench 2.x/4.x constants)
 REQS_PATHS = {
@@ -48,7 +47,7 @@ REPLACE_REQ_PACKAGES = [("types-pkg_resources", "types-setuptools")]
 
 
 
-class SpecError(KeyError):
+class SpecError(PinpointError, KeyError):
     """No environment spec for a repo/version, or a requirements file the spec needs is missing."""
 
     def __str__(self) -> str:
@@ -57,7 +56,7 @@ class SpecError(KeyError):
 
 @cache
 def load_specs(path: str | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    return json.loads(Path(path or DEFAULT_SPECS).read_text())
+    return json.loads(Path(path or paths.shared_data() / "swebench_specs_python.json").read_text())
 
 
 def spec_for(instance: Instance, specs_path: str | None = None) -> dict[str, Any]:

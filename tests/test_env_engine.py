@@ -95,7 +95,7 @@ def test_ensure_engine_fails_with_the_message(monkeypatch):
 def test_wait_times_out_with_the_dockerd_log(monkeypatch, tmp_path):
     log = tmp_path / "dockerd.log"
     log.write_text("failed to start daemon: something specific\n")
-    monkeypatch.setattr(engine, "DOCKERD_LOG", log)
+    monkeypatch.setenv("PINPOINT_DOCKERD_LOG", str(log))
     monkeypatch.setattr(engine, "_connect", lambda: (_ for _ in ()).throw(ConnectionError("refused")))
     with pytest.raises(EngineUnavailable, match="something specific"):
         engine._wait_for_engine(0.2)
@@ -104,7 +104,7 @@ def test_wait_times_out_with_the_dockerd_log(monkeypatch, tmp_path):
 def test_a_dockerd_that_dies_is_reported_at_once_with_its_log(monkeypatch, tmp_path):
     log = tmp_path / "dockerd.log"
     log.write_text("failed to start daemon: iptables failed\n")
-    monkeypatch.setattr(engine, "DOCKERD_LOG", log)
+    monkeypatch.setenv("PINPOINT_DOCKERD_LOG", str(log))
     monkeypatch.setattr(engine, "_connect", lambda: (_ for _ in ()).throw(ConnectionError("refused")))
     dead = subprocess.Popen(["sh", "-c", "exit 1"])
     dead.wait()
