@@ -1,0 +1,408 @@
+"""Execution evidence from a repository's own tests, collected inside its runtime: per-test line coverage, the
+failures' deepest frames and, for chosen functions, LDB block states; and the coverage spectrum (Ochiai, DStar)
+ranked to lines, functions and files.
+
+The tests run under `trace_runner.py`, a standalone script copied outside the repository (it imports nothing from
+pinpoint and runs with the repository's Python, 3.9 or 3.11) that traces only each test's call phase with assertion
+rewriting off: a tracer left on through setup and teardown ranks pytest's failure reporting and the repository's own
+`__repr__` first, because only failing tests run them (`../shared/DESIGN.md`, "Spectra of SWE-bench tests have a
+trap"). Its results come back as JSON lines written as each test ends, so a timeout or a crash keeps what finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from environments.runtime import Runtime
+from localization.blocks import FunctionBlocks, FunctionSpan, function_spans, innermost_function
+from localization.retrieval import is_test_path
+from localization.suspects import LocalizationRequest, Suspect
+
+TRACE_RUNNER = Path(__file__).with_name("trace_runner.py")
+#: outcomes that count as failing runs in a spectrum; `xfailed`, `skipped`, `not_run`, `not_found` count as neither
+FAILING = frozenset({"failed", "error", "timeout"})
+#: the interpreter of SWE-bench instance images (`swebench_eval.scripts.env_script` links `python` to the one the
+#: spec's packages went into) and of most virtualenvs; a LocalRuntime on the host passes `sys.executable`
+DEFAULT_PYTHON = "python"
+#: as `swebench_eval.scripts.EVAL_ENV` pins for the graded run, so traced tests see what grading sees
+RUN_ENV = {"TZ": "UTC", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+@dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    function: str
+
+
+@dataclass(frozen=True)
+class BlockStep:
+    """The locals (reprs) after one executed block; `returned` when the call returned from it."""
+
+    block: int
+    state: dict[str, str]
+    returned: str | None = None
+
+
+@dataclass(frozen=True)
+class CallTrace:
+    """One call of a traced function: its first and last block steps (`omitted` in between), the last exception
+    that passed through it."""
+
+    call: int
+    steps: tuple[BlockStep, ...]
+    omitted: int = 0
+    raised: str | None = None
+
+
+@dataclass(frozen=True)
+class FunctionTrace:
+    """A traced function within one test: how often it ran, which blocks ran at all, the kept calls."""
+
+    calls: int
+    executed: frozenset[int]
+    traces: tuple[CallTrace, ...]
+
+
+@dataclass(frozen=True)
+class TestRun:
+    nodeid: str
+    outcome: str
+    message: str = ""
+    duration_s: float = 0.0
+    lines: dict[str, frozenset[int]] = field(default_factory=dict)
+    frames: tuple[Frame, ...] = ()
+    blocks: dict[str, FunctionTrace] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in FAILING
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+
+@dataclass
+class ExecutionEvidence:
+    """What one traced run of tests produced. `status`: finished, error (the runner or pytest stopped; `error` says
+    why), or killed (the whole run passed its time limit; the tests that finished are kept)."""
+
+    tests: list[TestRun]
+    status: str
+    error: str = ""
+    python: str = ""
+    pytest: str = ""
+    seconds: float = 0.0
+    log_tail: str = ""
+    requested: list[str] = field(default_factory=list)
+    functions: dict[str, FunctionBlocks] = field(default_factory=dict)
+
+    @property
+    def failing(self) -> list[TestRun]:
+        return [t for t in self.tests if t.failed]
+
+    @property
+    def passing(self) -> list[TestRun]:
+        return [t for t in self.tests if t.passed]
+
+    def outcome(self, nodeid: str) -> str | None:
+        return next((t.outcome for t in self.tests if t.nodeid == nodeid), None)
+
+    def summary(self) -> str:
+        """One line for logs and trajectories."""
+        counts: dict[str, int] = {}
+        for t in self.tests:
+            counts[t.outcome] = counts.get(t.outcome, 0) + 1
+        parts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        tail = f"; {self.error.splitlines()[-1][:200]}" if self.error.strip() else ""
+        return f"{len(self.tests)} tests traced ({parts or 'none'}) in {self.seconds:.1f}s, {self.status}{tail}"
+
+
+# -- running the tracer -------------------------------------------------------------------------------------------
+def run_traced(
+    runtime: Runtime,
+    tests: Sequence[str],
+    *,
+    targets: Sequence[FunctionBlocks] = (),
+    budget_s: float = 300.0,
+    per_test_timeout: float = 60.0,
+    python: str = DEFAULT_PYTHON,
+    pytest_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> ExecutionEvidence:
+    """Run pytest ids in `runtime` under the trace runner; never writes into the repository (all of it goes to a
+    fresh folder under /tmp, removed afterwards)."""
+    folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
+    options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
+               "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
+               "targets": [t.to_json() for t in targets]}
+    runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
+    runtime.write_file(f"{folder}/input.json", json.dumps(options))
+    command = (f"{python} {folder}/trace_runner.py {folder}/input.json > {folder}/log.txt 2>&1; "
+               f"echo \"pinpoint-trace-exit $?\"; tail -c 3000 {folder}/log.txt")
+    # the runner stops itself at the budget between tests; this limit only catches a test that ignores its alarm
+    result = runtime.run(command, timeout=budget_s + per_test_timeout + 60.0, env={**RUN_ENV, **(env or {})})
+    try:
+        raw = runtime.read_text(f"{folder}/results.jsonl")
+    except (FileNotFoundError, OSError):
+        raw = ""
+    runtime.run(f"rm -rf {shlex.quote(folder)}", timeout=60)
+    evidence = parse_results(raw, requested=list(tests), log_tail=result.output[-3000:])
+    evidence.functions = {t.key: t for t in targets}
+    if result.timed_out:
+        evidence.status = "killed"
+        evidence.error = f"the traced run passed its limit of {budget_s + per_test_timeout + 60.0:g}s"
+    _mark_missing(evidence)
+    return evidence
+
+
+def parse_results(raw: str, requested: list[str], log_tail: str = "") -> ExecutionEvidence:
+    """The runner's JSON lines as typed evidence; a truncated last line (a killed run) is skipped."""
+    evidence = ExecutionEvidence(tests=[], status="error", requested=requested, log_tail=log_tail,
+                                 error="the trace runner wrote nothing (see log_tail)")
+    for line in raw.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        kind = record.get("kind")
+        if kind == "start":
+            evidence.python, evidence.error = record.get("python", ""), "the trace runner stopped early (see log_tail)"
+        elif kind == "test":
+            evidence.tests.append(_test_run(record))
+        elif kind == "end":
+            evidence.status, evidence.error = record.get("status", "error"), record.get("error", "")
+            evidence.pytest, evidence.seconds = record.get("pytest", ""), float(record.get("seconds", 0.0))
+    return evidence
+
+
+def _test_run(record: dict) -> TestRun:
+    blocks = {}
+    for key, raw in (record.get("blocks") or {}).items():
+        traces = tuple(
+            CallTrace(c["call"], tuple(BlockStep(s["block"], dict(s.get("state", {})), s.get("return"))
+                                       for s in c.get("steps", [])), c.get("omitted", 0), c.get("raised"))
+            for c in raw.get("traces", []))
+        blocks[key] = FunctionTrace(raw.get("calls", 0), frozenset(raw.get("executed", [])), traces)
+    return TestRun(
+        nodeid=record["nodeid"], outcome=record.get("outcome", "error"), message=record.get("message", ""),
+        duration_s=float(record.get("duration_s", 0.0)),
+        lines={path: frozenset(lines) for path, lines in (record.get("lines") or {}).items()},
+        frames=tuple(Frame(p, int(n), f) for p, n, f in record.get("frames", [])), blocks=blocks)
+
+
+def _mark_missing(evidence: ExecutionEvidence) -> None:
+    """Requested tests the runner never reported (it was killed, or crashed) are `not_run`, saying why."""
+    seen = {t.nodeid for t in evidence.tests}
+    why = evidence.error or "the trace runner stopped before it"
+    for nodeid in evidence.requested:
+        if nodeid not in seen and not any(s.startswith(nodeid) for s in seen):
+            evidence.tests.append(TestRun(nodeid, "not_run", message=why))
+
+
+def sample_passing(failing: Sequence[str], passing: Iterable[str], limit: int = 40) -> list[str]:
+    """At most `limit` passing tests, those in the failing tests' files first, spread evenly over each group
+    (not the first N: one class of a file would say little about the rest of it)."""
+    failing_set = set(failing)
+    files = {t.split("::", 1)[0] for t in failing}
+    candidates = sorted({t for t in passing if t not in failing_set})
+    same = [t for t in candidates if t.split("::", 1)[0] in files]
+    other = [t for t in candidates if t.split("::", 1)[0] not in files]
+    chosen = _spread(same, limit)
+    return chosen + _spread(other, limit - len(chosen))
+
+
+def _spread(items: list[str], k: int) -> list[str]:
+    if k <= 0:
+        return []
+    if len(items) <= k:
+        return list(items)
+    return [items[i * len(items) // k] for i in range(k)]
+
+
+def collect_spectrum(
+    runtime: Runtime,
+    failing: Sequence[str],
+    passing: Sequence[str],
+    *,
+    budget_s: float = 300.0,
+    max_passing: int = 40,
+    per_test_timeout: float = 60.0,
+    python: str = DEFAULT_PYTHON,
+    pytest_args: Sequence[str] = (),
+) -> ExecutionEvidence:
+    """Run the failing tests and a bounded sample of the passing ones with per-test coverage (failing tests first,
+    so a budget that runs out still leaves them)."""
+    tests = list(dict.fromkeys(failing)) + sample_passing(failing, passing, max_passing)
+    return run_traced(runtime, tests, budget_s=budget_s, per_test_timeout=per_test_timeout, python=python,
+                      pytest_args=pytest_args)
+
+
+# -- the coverage spectrum -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LineScore:
+    """A line's spectrum: run by `ef` of `failed` failing and `ep` of `passed` passing tests; `score` is the chosen
+    formula's value, the other formula breaks its ties."""
+
+    path: str
+    line: int
+    score: float
+    ochiai: float
+    dstar: float
+    ef: int
+    ep: int
+    failed: int
+    passed: int
+
+    def evidence(self) -> str:
+        return (f"run by {self.ef}/{self.failed} failing, {self.ep}/{self.passed} passing tests "
+                f"(ochiai {self.ochiai:.2f}, dstar {self.dstar:.2f})")
+
+
+def ochiai(ef: int, ep: int, failed: int) -> float:
+    """ef / sqrt(failed * (ef + ep)); 0 for a line no failing test runs."""
+    denominator = math.sqrt(failed * (ef + ep))
+    return ef / denominator if denominator else 0.0
+
+
+def dstar(ef: int, ep: int, failed: int, star: int = 2) -> float:
+    """ef^star / (ep + nf), the denominator floored at 0.5 so a line every failing and no passing test runs scores
+    highest instead of dividing by zero."""
+    return ef**star / max(ep + (failed - ef), 0.5)
+
+
+def _excluded(path: str) -> bool:
+    return is_test_path(path) or path.rsplit("/", 1)[-1] == "conftest.py"
+
+
+def rank_lines(evidence: ExecutionEvidence, formula: str = "ochiai", include_tests: bool = False) -> list[LineScore]:
+    """Every line some failing test ran, best first. Test files are left out unless `include_tests`: the fix is in
+    the code under test, and the failing test's own lines are run by it alone."""
+    if formula not in ("ochiai", "dstar"):
+        raise ValueError(f"formula must be 'ochiai' or 'dstar', got {formula!r}")
+    failing, passing = evidence.failing, evidence.passing
+    counts: dict[tuple[str, int], list[int]] = {}
+    for runs, slot in ((failing, 0), (passing, 1)):
+        for test in runs:
+            for path, lines in test.lines.items():
+                if include_tests or not _excluded(path):
+                    for line in lines:
+                        counts.setdefault((path, line), [0, 0])[slot] += 1
+    scores = []
+    for (path, line), (ef, ep) in counts.items():
+        if ef:
+            o, d = ochiai(ef, ep, len(failing)), dstar(ef, ep, len(failing))
+            main, other = (o, d) if formula == "ochiai" else (d, o)
+            scores.append((main, other, LineScore(path, line, main, o, d, ef, ep, len(failing), len(passing))))
+    scores.sort(key=lambda s: (-s[0], -s[1], s[2].path, s[2].line))
+    return [s[2] for s in scores]
+
+
+@dataclass(frozen=True)
+class FunctionScore:
+    """A function's (or, with `span` None, a module's top level) best line."""
+
+    path: str
+    span: FunctionSpan | None
+    best: LineScore
+
+    @property
+    def score(self) -> float:
+        return self.best.score
+
+    @property
+    def name(self) -> str:
+        return self.span.qualname if self.span else "<module>"
+
+
+class Sources:
+    """Repository files read once through a runtime (or given), for the function spans lines lift to."""
+
+    def __init__(self, runtime: Runtime | None = None, files: dict[str, str] | None = None) -> None:
+        self.runtime = runtime
+        self.texts = dict(files or {})
+        self.spans: dict[str, list[FunctionSpan]] = {}
+
+    def text(self, path: str) -> str | None:
+        if path not in self.texts and self.runtime is not None:
+            try:
+                self.texts[path] = self.runtime.read_text(path)
+            except (FileNotFoundError, OSError):
+                return None
+        return self.texts.get(path)
+
+    def functions(self, path: str) -> list[FunctionSpan]:
+        if path not in self.spans:
+            try:
+                self.spans[path] = function_spans(self.text(path) or "")
+            except SyntaxError:
+                self.spans[path] = []
+        return self.spans[path]
+
+
+def rank_functions(lines: Sequence[LineScore], sources: Sources, limit: int | None = None) -> list[FunctionScore]:
+    """Lines lifted to their innermost function: a function scores as its best line (`lines` is sorted); stops
+    after `limit` functions, so only the files they are in are read."""
+    best: dict[tuple[str, str], FunctionScore] = {}
+    for score in lines:
+        if limit is not None and len(best) >= limit:
+            break
+        span = innermost_function(sources.functions(score.path), score.line)
+        key = (score.path, span.qualname if span else "<module>")
+        if key not in best:
+            best[key] = FunctionScore(score.path, span, score)
+    return list(best.values())
+
+
+def rank_files(lines: Sequence[LineScore]) -> list[tuple[str, float]]:
+    """Files by their best line, best first (`lines` is sorted)."""
+    best: dict[str, float] = {}
+    for s in lines:
+        best.setdefault(s.path, s.score)
+    return list(best.items())
+
+
+def spectrum_suspects(evidence: ExecutionEvidence, sources: Sources, formula: str = "ochiai",
+                      max_lines: int = 30, max_functions: int = 10) -> list[Suspect]:
+    """Line suspects and their functions' spans in one list by score (a function right after its best line), so a
+    line another signal finds inside a suspicious function inherits the function's rank in fusion."""
+    lines = rank_lines(evidence, formula)
+    deepest = {(f.path, f.line) for t in evidence.failing for f in t.frames[-3:]}
+    ranked: list[tuple[float, int, Suspect]] = []
+    for order, s in enumerate(lines[:max_lines]):
+        note = "; in a failing test's deepest frames" if (s.path, s.line) in deepest else ""
+        ranked.append((-s.score, 2 * order, Suspect(s.path, s.line, s.line, s.score, "spectrum", s.evidence() + note)))
+    for function in rank_functions(lines, sources, max_functions):
+        if function.span is None:
+            continue
+        order = 2 * lines.index(function.best) + 1
+        ranked.append((-function.score, order, Suspect(
+            function.path, function.span.def_line, function.span.end_line, function.score, "spectrum",
+            f"{function.name}: best line {function.best.line}, {function.best.evidence()}")))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return [r[2] for r in ranked]
+
+
+class SpectrumLocalizer:
+    """The `spectrum` signal over evidence collected beforehand (`collect_spectrum`)."""
+
+    name = "spectrum"
+
+    def __init__(self, evidence: ExecutionEvidence, runtime: Runtime | None = None, formula: str = "ochiai",
+                 max_lines: int = 30, max_functions: int = 10) -> None:
+        self.evidence = evidence
+        self.runtime = runtime
+        self.formula = formula
+        self.max_lines = max_lines
+        self.max_functions = max_functions
+
+    def localize(self, request: LocalizationRequest) -> list[Suspect]:
+        sources = Sources(self.runtime, request.files)
+        return spectrum_suspects(self.evidence, sources, self.formula, self.max_lines, self.max_functions)

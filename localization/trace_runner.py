@@ -1,0 +1,388 @@
+"""Standalone trace runner: copied into a repository's environment and run there with its own Python.
+
+It imports nothing from pinpoint and only the standard library besides the repository's pytest, and runs on
+Python 3.9 and 3.11. Usage: `python trace_runner.py INPUT.json`. It runs the requested pytest ids in-process with a
+plugin that turns a `sys.settrace` line tracer on only during each test's *call* phase (setup, teardown and pytest's
+failure reporting stay out of the spectrum; assertion rewriting is off), and records per test its outcome, the
+repository lines it ran, the deepest repository frames of its failure and, for the target functions the input names
+by their basic blocks, the local variables after each executed block (LDB). Results go to the JSON-lines file the
+input names (outside the repository), one line per event as it happens, so a crash or a kill leaves every finished
+test on disk. A per-test alarm and an overall budget bound the run; tests past the budget are reported `not_run`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import reprlib
+import signal
+import sys
+import threading
+import time
+import traceback
+
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+SKIP_PARTS = ("site-packages", "dist-packages", os.sep + ".git" + os.sep, os.sep + ".tox" + os.sep)
+
+
+class TestTimeout(BaseException):
+    """Raised by the per-test alarm; a BaseException so a test's `except Exception` does not swallow it."""
+
+
+class Sink:
+    """The JSON-lines output, flushed and fsynced per line so a killed run keeps what it wrote."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def write(self, record):
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+class Recorder:
+    """Per-call block states of one target function: the first and last `keep` blocks of each kept call."""
+
+    def __init__(self, target, options):
+        self.target = target
+        self.keep = options.get("keep_blocks", 5)
+        self.keep_calls = options.get("keep_calls", 3)
+        self.max_snapshots = options.get("max_snapshots", 4000)
+        self.line_block = {}
+        for index, (start, end, _kind) in enumerate(target["blocks"]):
+            for line in range(start, end + 1):
+                self.line_block.setdefault(line, index)
+        self.repr = reprlib.Repr()
+        self.repr.maxstring = self.repr.maxother = options.get("max_repr", 100)
+        self.max_repr = options.get("max_repr", 100)
+        self.reset()
+
+    def reset(self):
+        self.calls = 0
+        self.snapshots = 0
+        self.executed = set()
+        self.first = []
+        self.last = collections.deque(maxlen=self.keep_calls)
+
+    def value(self, obj):
+        try:
+            text = self.repr.repr(obj)
+        except Exception as exc:  # a broken __repr__ is a fact about the state, not a crash
+            text = f"<repr failed: {type(exc).__name__}>"
+        text = ADDRESS.sub("", text)
+        return text if len(text) <= self.max_repr else text[: self.max_repr - 3] + "..."
+
+    def state(self, frame):
+        names = [n for n in frame.f_locals if not n.startswith("__")][:30]
+        local = frame.f_locals
+        return {n: self.value(local[n]) for n in names if not _boring(local[n])}
+
+    def tracer(self, lines):
+        """A fresh local trace function for one call (a generator's resumption counts as one call)."""
+        call = {"call": self.calls, "steps": [], "tail": collections.deque(maxlen=self.keep), "omitted": 0}
+        self.calls += 1
+        current = [None]
+
+        def step(frame, extra):
+            block = current[0]
+            if self.snapshots >= self.max_snapshots:
+                call["omitted"] += 1
+                return
+            self.snapshots += 1
+            record = {"block": block, "line": frame.f_lineno, "state": self.state(frame)}
+            record.update(extra)
+            if len(call["steps"]) < self.keep:
+                call["steps"].append(record)
+            else:
+                if len(call["tail"]) == self.keep:
+                    call["omitted"] += 1
+                call["tail"].append(record)
+
+        def local(frame, event, arg):
+            if event == "line":
+                lines.add(frame.f_lineno)
+                block = self.line_block.get(frame.f_lineno)
+                if block is not None and block != current[0]:
+                    if current[0] is not None:
+                        step(frame, {})
+                    current[0] = block
+                    self.executed.add(block)
+            elif event == "exception":
+                call["raised"] = self.value(arg[1])
+            elif event == "return":
+                if current[0] is not None:
+                    step(frame, {"return": self.value(arg)})
+                self.finish(call)
+            return local
+
+        return local
+
+    def finish(self, call):
+        call["steps"] = call["steps"] + list(call.pop("tail"))
+        if len(self.first) < self.keep_calls:
+            self.first.append(call)
+        else:
+            self.last.append(call)
+
+    def result(self):
+        return {"calls": self.calls, "executed": sorted(self.executed), "traces": self.first + list(self.last)}
+
+
+def _boring(obj):
+    """Modules, functions and classes in scope say nothing about the state and cost long reprs."""
+    return isinstance(obj, type) or type(obj).__name__ in ("module", "function", "builtin_function_or_method")
+
+
+class Tracer:
+    """Line coverage of repository files, switched on and off around each test's call phase."""
+
+    def __init__(self, root, options):
+        self.root = os.path.realpath(root)
+        self.own = os.path.realpath(__file__)
+        self.files = {}
+        self.lines = {}
+        self.options = options
+        self.recorders = {}
+        for target in options.get("targets", []):
+            path = os.path.realpath(os.path.join(self.root, target["path"]))
+            self.recorders.setdefault(path, []).append(Recorder(target, options))
+        self.active = False
+
+    def relative(self, filename):
+        """The repository-relative path of a code object's file, or None for anything outside the repository."""
+        if filename in self.files:
+            return self.files[filename]
+        rel = None
+        if not filename.startswith("<"):
+            path = os.path.realpath(os.path.join(self.root, filename))
+            if path.startswith(self.root + os.sep) and path != self.own and not any(p in path for p in SKIP_PARTS):
+                rel = os.path.relpath(path, self.root)
+        self.files[filename] = rel
+        return rel
+
+    def recorder(self, code):
+        for rec in self.recorders.get(os.path.realpath(code.co_filename), ()):
+            target = rec.target
+            if code.co_name == target["name"] and target["first_line"] <= code.co_firstlineno <= target["def_line"]:
+                return rec
+        return None
+
+    def global_trace(self, frame, event, arg):
+        if event != "call" or not self.active:
+            return None
+        rel = self.relative(frame.f_code.co_filename)
+        if rel is None:
+            return None
+        lines = self.lines.setdefault(rel, set())
+        rec = self.recorder(frame.f_code) if self.recorders else None
+        if rec is not None:
+            return rec.tracer(lines)
+
+        def local(frame, event, arg):
+            if event == "line":
+                lines.add(frame.f_lineno)
+            return local
+
+        return local
+
+    def start(self):
+        self.active = True
+        threading.settrace(self.global_trace)
+        sys.settrace(self.global_trace)
+
+    def stop(self):
+        sys.settrace(None)
+        threading.settrace(None)
+        self.active = False
+
+    def take(self):
+        """This test's covered lines and block traces; clears both for the next test."""
+        lines = {path: sorted(found) for path, found in self.lines.items() if found}
+        blocks = {}
+        for recs in self.recorders.values():
+            for rec in recs:
+                if rec.calls:
+                    blocks[rec.target["key"]] = rec.result()
+                rec.reset()
+        self.lines = {}
+        return lines, blocks
+
+
+def _cut(text, limit=2000):
+    text = str(text)
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+class Plugin:
+    """The pytest plugin: selects the requested ids, bounds time, traces call phases, writes one line per test."""
+
+    def __init__(self, options, sink, tracer, started):
+        self.options = options
+        self.sink = sink
+        self.tracer = tracer
+        self.deadline = started + options.get("budget_s", 600.0)
+        self.per_test = options.get("per_test_timeout", 60.0)
+        self.wanted = list(options["tests"])
+        self.seen = set()
+        self.collect_errors = {}
+        self.collected = False
+        self.current = None
+
+    # -- selection ------------------------------------------------------------------------------------------------
+    def pytest_collectreport(self, report):
+        if report.failed:
+            message = _cut(getattr(report, "longreprtext", "") or report.longrepr, 1500)
+            self.collect_errors[report.nodeid] = message
+            self.sink.write({"kind": "collect_error", "nodeid": report.nodeid, "message": message})
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        exact = set(self.wanted)
+        keep = [item for item in items if item.nodeid in exact]
+        matched = {item.nodeid for item in keep}
+        prefixes = [w for w in self.wanted if w not in matched]  # a class id, or an id SWE-bench shortened
+        if prefixes:
+            keep += [i for i in items if i.nodeid not in matched and any(i.nodeid.startswith(p) for p in prefixes)]
+        chosen = {id(item) for item in keep}
+        deselected = [item for item in items if id(item) not in chosen]
+        items[:] = [item for item in items if id(item) in chosen]
+        self.collected = True
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+
+    # -- one test ---------------------------------------------------------------------------------------------------
+    def pytest_runtest_protocol(self, item, nextitem):
+        if time.time() > self.deadline:
+            self.seen.add(item.nodeid)
+            self.sink.write({"kind": "test", "nodeid": item.nodeid, "outcome": "not_run",
+                             "message": f"overall budget of {self.options.get('budget_s', 600.0):g}s spent"})
+            return True  # claims the item: pytest runs nothing of it
+        self.current = {"kind": "test", "nodeid": item.nodeid, "outcome": "passed", "message": "", "frames": [],
+                        "started": time.time(), "timed_out": False}
+        self.seen.add(item.nodeid)
+        if hasattr(signal, "SIGALRM"):
+            signal.signal(signal.SIGALRM, self.alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.per_test)
+        return None
+
+    def alarm(self, signum, frame):
+        if self.current is not None:
+            self.current["timed_out"] = True
+        signal.setitimer(signal.ITIMER_REAL, 2.0)  # again, if the test swallowed it
+        raise TestTimeout(f"test exceeded its {self.per_test:g}s timeout")
+
+    def pytest_runtest_call(self, item):
+        self.tracer.start()
+        try:
+            yield
+        finally:
+            self.tracer.stop()
+
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        if self.current is None or call.excinfo is None or call.when == "teardown":
+            return
+        report = outcome.get_result()
+        if report.skipped:
+            return
+        self.current["frames"] = _frames(call.excinfo.tb, self.tracer)
+        self.current["message"] = _cut(call.excinfo.exconly(), 500)
+
+    def pytest_runtest_logreport(self, report):
+        test = self.current
+        if test is None or report.nodeid != test["nodeid"]:
+            return
+        if report.when == "setup" and report.failed:
+            test["outcome"] = "error"
+        elif report.skipped and test["outcome"] == "passed":
+            test["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        elif report.when == "call" and report.failed:
+            test["outcome"] = "failed"
+        elif report.when == "teardown" and report.failed and test["outcome"] == "passed":
+            test["outcome"] = "error"
+        if report.when == "teardown":
+            self.finish_test()
+
+    def finish_test(self):
+        if hasattr(signal, "SIGALRM"):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        test, self.current = self.current, None
+        if test["timed_out"]:
+            test["outcome"] = "timeout"
+            test["message"] = f"timed out after {self.per_test:g}s; {test['message']}"
+        test["duration_s"] = round(time.time() - test.pop("started"), 3)
+        test.pop("timed_out")
+        test["lines"], test["blocks"] = self.tracer.take()
+        self.sink.write(test)
+
+    def missing(self, code):
+        """Requested ids that no collected test matched: an import error of their file, or not found."""
+        for wanted in self.wanted:
+            if any(seen == wanted or seen.startswith(wanted) for seen in self.seen):
+                continue
+            module = wanted.split("::", 1)[0]
+            error = next((m for nodeid, m in self.collect_errors.items() if nodeid in (module, "")), None)
+            if error is not None:
+                line = {"outcome": "error", "message": "import error: " + error}
+            elif not self.collected:
+                line = {"outcome": "not_run", "message": f"pytest stopped before running tests (exit code {code});"
+                                                         " its output is in the runner's log"}
+            else:
+                line = {"outcome": "not_found", "message": "no collected test has this id"}
+            self.sink.write(dict(kind="test", nodeid=wanted, frames=[], lines={}, blocks={}, duration_s=0.0, **line))
+
+
+def _frames(tb, tracer, keep=8):
+    """The deepest `keep` frames of a traceback that lie in repository files: [path, line, function, source]."""
+    frames = []
+    for frame, line in traceback.walk_tb(tb):
+        rel = tracer.relative(frame.f_code.co_filename)
+        if rel is not None:
+            frames.append([rel, line, frame.f_code.co_name])
+    return frames[-keep:]
+
+
+def _hooks(pytest, plugin):
+    """Mark the plugin's generator hooks as hookwrappers (pytest.hookimpl exists in every pytest since 2.8)."""
+    pytest.hookimpl(hookwrapper=True, tryfirst=True)(Plugin.pytest_runtest_call)
+    pytest.hookimpl(hookwrapper=True)(Plugin.pytest_runtest_makereport)
+    pytest.hookimpl(tryfirst=True)(Plugin.pytest_runtest_protocol)
+    return plugin
+
+
+def main(argv):
+    started = time.time()
+    with open(argv[1], encoding="utf-8") as handle:
+        options = json.load(handle)
+    sink = Sink(options["output"])
+    sink.write({"kind": "start", "python": sys.version.split()[0], "pid": os.getpid()})
+    sys.dont_write_bytecode = True
+    try:
+        import pytest
+    except Exception as exc:
+        sink.write({"kind": "end", "status": "error", "error": f"import error: {type(exc).__name__}: {exc}"})
+        return 0
+    os.chdir(options["root"])
+    tracer = Tracer(options["root"], options)
+    plugin = _hooks(pytest, Plugin(options, sink, tracer, started))
+    files = sorted({t.split("::", 1)[0] for t in options["tests"]})
+    args = [*files, "-p", "no:cacheprovider", "--assert=plain", "-q", "--rootdir", options["root"],
+            *options.get("pytest_args", [])]
+    status, error = "finished", ""
+    try:
+        code = pytest.main(args, plugins=[plugin])
+    except BaseException as exc:  # an internal error of pytest or a test that killed the session
+        code, status, error = -1, "error", _cut("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    if plugin.current is not None:
+        plugin.finish_test()
+    plugin.missing(code)
+    sink.write({"kind": "end", "status": status, "error": error, "exit_code": int(code),
+                "pytest": getattr(pytest, "__version__", "?"), "seconds": round(time.time() - started, 3)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
