@@ -1,7 +1,9 @@
 """The `pinpoint` console script: one argparse tree; each package registers its own subcommands.
 
 Each package's `cli.py` exposes `register(subparsers)`, which adds its commands and sets `func` on each parser
-(`func(args) -> int` returns the exit code). The agent sits on top, so it is the only place that wires them.
+(`func(args) -> int` returns the exit code); `pinpoint X Y` groups come from `environments.cli.subcommand_group`.
+The agent sits on top, so it is the only place that wires them, and `main` is the one guard: an expected failure
+(`PinpointError`, bad input as ValueError, a missing file) prints `pinpoint <command>: <message>` and exits 2.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from environments.cli import run_guarded
 
 #: modules that contribute subcommands, in the order they appear in --help
 COMMAND_MODULES = (
@@ -39,11 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("pinpoint: interrupted; results already written are kept", file=sys.stderr)
-        return 130
+    return run_guarded(args)
 
 
 if __name__ == "__main__":

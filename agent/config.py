@@ -1,4 +1,4 @@
-"""Run configuration: one typed tree loaded from YAML/TOML plus `section.field=value` overrides.
+"""Run configuration: one typed tree (llm, budget, search, agent, runs, runtime) loaded from YAML/TOML plus `section.field=value` overrides.
 
 Every value is checked against its declared type, so a bad file fails before a run starts, with the dotted field name
 and what was expected (a run that dies half-way on a typo wastes an instance's budget).
@@ -17,7 +17,9 @@ from typing import Any, Literal
 import yaml
 
 from agent.llm import LLMConfig
+from environments import paths
 from environments.errors import PinpointError
+from environments.runtime import RuntimeSettings
 
 
 class ConfigError(PinpointError, ValueError):
@@ -55,8 +57,6 @@ class SearchSection:
 class AgentSection:
     """How the graph behaves."""
 
-    #: a command that decides success (exit 0 = pass); None means the model's own run_tests calls decide
-    test_command: str | None = None
     test_timeout_s: float = 600.0
     review_on_submit: bool = True
     relocalize_on_failure: bool = True
@@ -76,7 +76,12 @@ class AgentSection:
 
 @dataclass
 class RunsSection:
-    output_dir: str = "runs"
+    """Where results go: `<output_dir>/<run_id>/<model>/` (swebench_eval.layout)."""
+
+    #: the runs root; default $PINPOINT_RUNS, else runs/ in the working directory
+    output_dir: str = field(default_factory=lambda: str(paths.runs_dir()))
+    #: empty: the command's own (the dataset's name for run/batch, the tasks file's for batch --tasks, fix, demo)
+    run_id: str = ""
 
 
 @dataclass
@@ -86,6 +91,7 @@ class Config:
     search: SearchSection = field(default_factory=SearchSection)
     agent: AgentSection = field(default_factory=AgentSection)
     runs: RunsSection = field(default_factory=RunsSection)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

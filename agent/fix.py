@@ -13,16 +13,12 @@ from pathlib import Path
 import httpx
 
 from environments.errors import PinpointError
-from environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
-from environments.local import clone_checkout
-from environments.repo_image import repo_image_tag
+from environments.repo_image import REPO_WORKDIR, VENV, build_repo_image
 
 _ISSUE_URL = re.compile(r"^https?://github\.com/([^/]+)/([^/]+)/(?:issues|pull)/(\d+)")
-WORKDIR = "/testbed"
-VENV = "/opt/venv"
 #: install the repository the way its own files say; each step may fail offline, the editable install stays
 INSTALL_SCRIPT = f"""git config --system --add safe.directory '*'
-cd {WORKDIR}
+cd {REPO_WORKDIR}
 python3 -m venv {VENV}
 PIP="{VENV}/bin/pip --disable-pip-version-check"
 for f in requirements*.txt requirements/*.txt; do
@@ -79,21 +75,8 @@ def head_commit(source: str) -> str:
 
 def build_fix_image(source: str, commit: str, python_version: str = "3.11", network: bool = True, log=print) -> str:
     """An image of `source` at `commit` in /testbed, installed from its own requirement/pyproject/setup files."""
-    tag = repo_image_tag(source, commit, python_version, INSTALL_SCRIPT + str(network))
-    if image_exists(tag):
-        return tag
-    base = ensure_base_image(python_version, log=log)
-    with file_lock(tag):
-        if not image_exists(tag):
-            log(f"pinpoint: building {tag} (installing the repository's own requirements)")
-            with tempfile.TemporaryDirectory(prefix="pinpoint-fix-") as tmp:
-                checkout = os.path.join(tmp, "repo")
-                clone_checkout(source, checkout, commit)
-                commit_build_step(base, INSTALL_SCRIPT, tag, network=network, copy_in={checkout: WORKDIR},
-                                  labels={"pinpoint.repo": Path(str(source)).name, "pinpoint.commit": commit},
-                                  changes=[f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                           f"WORKDIR {WORKDIR}"])
-    return tag
+    return build_repo_image(source, commit, python_version=python_version, script=INSTALL_SCRIPT, network=network,
+                            log=log)
 
 
 def create_branch(repo: str, branch: str, commit: str, patch: str, message: str) -> str:

@@ -9,7 +9,6 @@ run's result without redoing it.
 from __future__ import annotations
 
 import dataclasses
-import re
 import sqlite3
 import traceback
 from collections.abc import Callable
@@ -20,15 +19,18 @@ from typing import Any
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import Config
+from agent.context import AgentContext
 from agent.embedded_model import resolve_config
-from agent.graph import AgentContext, build_graph, initial_state
+from agent.graph import build_graph, initial_state
 from agent.llm import LLMClient, LLMConfig
-from agent.patches import PatchError, apply_patch, edited_lines
 from agent.state import Task
 from agent.trajectory import TrajectoryWriter
 from environments.runtime import Runtime
 from localization.retrieval import LexicalLocalizer, RetrievalLocalizer
 from localization.suspects import Localizer
+from swebench_eval.layout import safe_name
+from swebench_eval.metrics import edited_lines
+from swebench_eval.patches import PatchError, apply_patch
 
 RECURSION_LIMIT = 100_000  # budgets end runs; LangGraph's own step cap must never be what stops one
 
@@ -56,10 +58,6 @@ class RunResult:
         data = dataclasses.asdict(self)
         data["trajectory"] = str(self.trajectory)
         return data
-
-
-def safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"
 
 
 def default_localizers(runtime: Runtime, config: Config) -> list[Localizer]:

@@ -16,11 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent import prompts
-from agent.patches import PatchError, TestOutcome, apply_patch, edited_lines, run_test_command
+from agent.patches import run_test_command
 from environments.runtime import Runtime
 from localization.fusion import top_lines
 from localization.retrieval import enclosing_definition
 from localization.suspects import Suspect
+from swebench_eval.metrics import edited_lines
+from swebench_eval.patches import PatchError, apply_patch
+from tools.base import numbered
+from tools.run_tests import TestRun
 
 #: ask(prompt, purpose, diverse) -> the model's reply text; `diverse` asks for a sampled (non-greedy) answer
 Ask = Callable[[str, str, bool], str]
@@ -34,7 +38,7 @@ class Node:
     """A program state in the search: its patch against the base commit and how its tests went."""
 
     patch: str
-    outcome: TestOutcome
+    outcome: TestRun
 
 
 @dataclass
@@ -77,11 +81,6 @@ def replace_region(text: str, start: int, end: int, replacement: str) -> str:
         new = [line[-shift:] if line[: -shift].strip() == "" else line for line in new]
     newline = "\n"
     return "".join(lines[: start - 1]) + "".join(line + newline for line in new) + "".join(lines[end:])
-
-
-def numbered(text: str, start: int, end: int) -> str:
-    lines = text.splitlines()
-    return "\n".join(f"{n:5d} | {lines[n - 1]}" for n in range(max(1, start), min(end, len(lines)) + 1))
 
 
 def context_window(text: str, line: int, context: int) -> tuple[int, int]:
@@ -167,9 +166,9 @@ def flare_refine(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects
                 continue
             lo, hi = context_window(text, line, context)
             original = text.splitlines()[line - 1]
-            reply = ask(prompts.revision_prompt(problem, path, numbered(text, lo, hi), line, original,
-                                                node.outcome.output), f"flare round {round_no} {path}:{line}", False)
             window = text.splitlines()[lo - 1 : hi]
+            reply = ask(prompts.revision_prompt(problem, path, numbered(window, lo), line, original,
+                                                node.outcome.output), f"flare round {round_no} {path}:{line}", False)
             revision = line_revision(extract_code(reply), original, window)
             child = runner.evaluate(node, path, line, line, revision, round=round_no)
             if child is not None:
@@ -204,12 +203,12 @@ def bester_search(ask: Ask, runtime: Runtime, problem: str, start: Node, suspect
             break
         lo, hi = context_window(text, min(line, len(text.splitlines()) or 1), context)
         hi = min(hi, lo + MAX_REGION_LINES - 1)
-        code = numbered(text, lo, hi)
+        window = text.splitlines()[lo - 1 : hi]
+        code, region = numbered(window, lo), "\n".join(window)
         children = []
         for i in range(reflections):
             reflection = ask(prompts.reflection_prompt(problem, path, code, node.outcome.output),
                              f"bester depth {level} reflection {i + 1}", True)
-            region = "\n".join(text.splitlines()[lo - 1 : hi])
             reply = ask(prompts.repair_prompt(problem, path, region, lo, hi, reflection),
                         f"bester depth {level} repair {i + 1}", False)
             child = runner.evaluate(node, path, lo, hi, extract_code(reply), depth=level, reflection=reflection)

@@ -7,6 +7,37 @@ import json
 import sys
 from pathlib import Path
 
+from environments.errors import PinpointError
+
+
+def run_guarded(args: argparse.Namespace) -> int:
+    """Run the parsed command; an expected failure (PinpointError, bad input as ValueError, a missing file) prints
+    `pinpoint <command>: <message>` and exits 2, instead of a traceback. Anything else is a bug and keeps its own."""
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("pinpoint: interrupted; results already written are kept", file=sys.stderr)
+        return 130
+    except (PinpointError, ValueError, FileNotFoundError) as exc:
+        print(f"pinpoint {command_name(args)}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """`bench retrieval` for `pinpoint bench retrieval ...`: the command and its group's subcommand."""
+    subs = [value for key, value in vars(args).items() if key.endswith("_command") and isinstance(value, str)]
+    return " ".join([str(getattr(args, "command", "") or ""), *subs]).strip()
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of `exc`, prefixed with its kind where that says more than the text (SpecError, BuildError)."""
+    text = str(exc).strip() or type(exc).__name__
+    kind = type(exc).__name__
+    return text if kind in ("ValueError", "UsageError", "ConfigError", "DatasetError") else f"{kind}: {text}"
+
+
+BENCH_HELP = "benchmarks (figures beside a baseline from the same run)"
+
 
 def subcommand_group(subparsers, name: str, help: str) -> argparse._SubParsersAction:
     """The sub-subparsers of `name`, created on first use, so several packages can add `pinpoint <name> X`."""
@@ -26,7 +57,7 @@ def register(subparsers) -> None:
     prune.add_argument("--run-id", help="only the containers of this run (label pinpoint.run)")
     prune.set_defaults(func=_prune)
 
-    bench = subcommand_group(subparsers, "bench", "benchmarks (figures beside a baseline from the same run)")
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
     env_bench = bench.add_parser("env", help="container start, reset, command round trip, concurrency vs baseline")
     env_bench.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
     env_bench.add_argument("--concurrency", type=int, default=8, help="environments started at once (default 8)")

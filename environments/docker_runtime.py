@@ -129,7 +129,7 @@ class DockerRuntime(GitWorktreeRuntime):
         self.image = image
         self.workdir = workdir
         self._client = client or engine.client()
-        self._want_server = channel == "server" and not os.environ.get("PINPOINT_DOCKER_EXEC")
+        self._want_server = channel == "server"
         self._ctl_dir = tempfile.mkdtemp(prefix="pinpoint-ctl-")
         os.chmod(self._ctl_dir, 0o755)
         shutil.copy(SERVER_SOURCE, os.path.join(self._ctl_dir, "server.py"))

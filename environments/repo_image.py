@@ -1,7 +1,8 @@
 """A small "repo image": a real repository at a commit in /testbed, editable-installed into /opt/venv.
 
-Used by `pinpoint bench env` and the real-container tests; built offline (no network) on a pinpoint base image,
-cached by a tag that names the repository, the commit, the Python version and the recipe.
+Used by `pinpoint bench env` and the real-container tests (built offline), and by `pinpoint fix` with its own
+recipe; built on a pinpoint base image, cached by a tag that names the repository, the commit, the Python version
+and the recipe.
 """
 
 from __future__ import annotations
@@ -69,10 +70,14 @@ def build_repo_image(
     *,
     python_version: str = "3.11",
     script: str = EDITABLE_INSTALL,
+    network: bool = False,
     log=print,
 ) -> str:
-    """Tag of an image with `source` checked out at `commit` in /testbed and `script` run there; cached."""
-    tag = repo_image_tag(source, commit, python_version, script)
+    """Tag of an image with `source` checked out at `commit` in /testbed and `script` run there; cached.
+
+    `network` lets the script download (`pinpoint fix` installs a repository's own requirements); it is part of
+    the recipe, so an offline build and an online one never share a tag."""
+    tag = repo_image_tag(source, commit, python_version, script + ("\n# network" if network else ""))
     if image_exists(tag):
         return tag
     base = ensure_base_image(python_version, log=log)
@@ -84,7 +89,7 @@ def build_repo_image(
             checkout = os.path.join(tmp, "repo")
             sha = clone_checkout(source, checkout, commit)
             commit_build_step(
-                base, script, tag, network=False, copy_in={checkout: REPO_WORKDIR},
+                base, script, tag, network=network, copy_in={checkout: REPO_WORKDIR},
                 labels={"pinpoint.repo": Path(str(source)).name, "pinpoint.commit": sha,
                         "pinpoint.python": python_version},
                 changes=[f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Literal
 
 from environments.errors import PinpointError
 
@@ -21,6 +22,19 @@ class RuntimeFailure(PinpointError):
 
 class RuntimeBroken(RuntimeFailure):
     """The runtime can no longer run commands (e.g. its container was killed); `reset()` recovers."""
+
+
+@dataclass
+class RuntimeSettings:
+    """How big the box is: one config section (`runtime.*`), the same for the agent's container and the grader's,
+    so the agent tests in the box that grades it."""
+
+    mem_limit: str = "4g"
+    #: CPUs of the container; None: the SWE-bench spec's quota (pylint's multiprocessing tests need it), else 1
+    cpus: float | None = None
+    pids_limit: int = 1024
+    #: how commands reach the container: a small command server (fast), or one `docker exec` per command
+    channel: Literal["server", "exec"] = "server"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,7 @@
-"""`pinpoint train-diagnostic`, `pinpoint eval-localization` and `pinpoint bench-diagnostic`."""
+"""`pinpoint train diagnostic`, `pinpoint bench lines` and `pinpoint bench diagnostic`.
+
+The old spellings `train-diagnostic`, `eval-localization` and `bench-diagnostic` stay as aliases for one release.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,32 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from environments.cli import run_guarded
+from environments.errors import UsageError
+
+TRAIN_HELP = "train the FLARE diagnostic model (CPU; scores are cached)"
+LINES_HELP = "top-1/3/10 line accuracy vs baselines on held-out bugs"
+SPEED_HELP = "diagnostic inference time on a 500-line file vs a test run"
+RETRIEVAL_HELP = "issue-text retrieval on SWE-bench rows: file Acc@k and line Hit@k vs grep"
+
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("train-diagnostic", help="train the FLARE diagnostic model (CPU; scores are cached)")
+    from environments.cli import BENCH_HELP, subcommand_group
+
+    train = subcommand_group(subparsers, "train", "train localization models")
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
+    for group, name, help_text, add in ((train, "diagnostic", TRAIN_HELP, _train_args),
+                                        (bench, "lines", LINES_HELP, _lines_args),
+                                        (bench, "diagnostic", SPEED_HELP, _speed_args),
+                                        (bench, "retrieval", RETRIEVAL_HELP, _retrieval_args)):
+        add(group.add_parser(name, help=help_text))
+    for old, new, add in (("train-diagnostic", "train diagnostic", _train_args),
+                          ("eval-localization", "bench lines", _lines_args),
+                          ("bench-diagnostic", "bench diagnostic", _speed_args)):
+        add(subparsers.add_parser(old, help=f"old name of `pinpoint {new}` (kept for one release)"))
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", choices=["small", "paper"], default="small")
     p.add_argument("--confidence", choices=["sum", "mean", "length", "all", "all+shift"], default=None,
                    help="confidence variant(s) the model reads (default: the config's); `all+shift` adds how much "
@@ -43,7 +69,8 @@ def register(subparsers) -> None:
                    help="train on examples written by --save-examples instead of building them (no scorer needed)")
     p.set_defaults(func=_train)
 
-    p = subparsers.add_parser("eval-localization", help="top-1/3/10 line accuracy vs baselines on held-out bugs")
+
+def _lines_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", type=Path, default=None)
     p.add_argument("--sets", default="humanevalfix,humanevalfix_docs,pdb_multi,condefects",
                    help="humanevalfix_docs: HumanEvalFix with each function's docstring read before its code")
@@ -58,7 +85,33 @@ def register(subparsers) -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the table as JSON here")
     p.set_defaults(func=_eval)
 
-    p = subparsers.add_parser("bench-diagnostic", help="diagnostic inference time on a 500-line file vs a test run")
+
+def _retrieval_args(p: argparse.ArgumentParser) -> None:
+    from swebench_eval.cli import dataset_args
+
+    dataset_args(p)
+    p.add_argument("--limit", type=int, help="at most this many rows")
+    p.add_argument("--every", type=int, help="take every N-th row (a sample across repositories)")
+    p.add_argument("--json", help="also write per-row results and totals to this file")
+    p.add_argument("--quiet", action="store_true", help="only the table")
+    p.set_defaults(func=_retrieval)
+
+
+def _retrieval(args) -> int:
+    from localization.retrieval_bench import evaluate, format_table
+    from swebench_eval.cli import selection_from_args
+
+    instances = selection_from_args(args).instances
+    if not instances:
+        raise UsageError("no SWE-bench rows with an offline repository source (see --repos-dir)")
+    result = evaluate(instances, log=(lambda _: None) if args.quiet else print)
+    print(format_table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def _speed_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lines", type=int, default=500)
     p.add_argument("--checkpoint", type=Path, default=None)
     p.set_defaults(func=_bench)
@@ -74,12 +127,6 @@ def _pool_size(text: str) -> tuple[str, int]:
     if name not in POOLS or not count.isdigit():
         raise argparse.ArgumentTypeError(f"expected NAME=N with NAME one of {', '.join(POOLS)}, got {text!r}")
     return POOLS[name], int(count)
-
-
-def _refuse(command: str, reason: object) -> int:
-    """Say why `pinpoint COMMAND` cannot go on; the exit status of a bad input."""
-    print(f"pinpoint {command}: {reason}", file=sys.stderr)
-    return 2
 
 
 def _log(msg: str) -> None:
@@ -103,17 +150,17 @@ def _train(args) -> int:
     init = None
     if args.init_from:
         if not args.out:
-            return _refuse("train-diagnostic", "--init-from needs --out (the checkpoint it starts from stays as it is)")
+            raise UsageError("--init-from needs --out (the checkpoint it starts from stays as it is)")
         try:
             init = Checkpoint.load(args.init_from)  # before scoring: a bad path should not cost an hour first
         except (OSError, ValueError) as exc:
-            return _refuse("train-diagnostic", exc)
+            raise UsageError(str(exc)) from None
     cfg = DataConfig(seed=args.seed, **dict(args.pool))
     if args.examples:
         try:
             saved = load_examples(args.examples)
         except (OSError, ValueError) as exc:
-            return _refuse("train-diagnostic", exc)
+            raise UsageError(str(exc)) from None
         splits, cfg = saved["splits"], DataConfig(**saved["data_config"])
         _log(f"{args.examples}: " + ", ".join(f"{len(v)} {k} examples" for k, v in splits.items()))
     else:
@@ -170,16 +217,14 @@ def _eval(args) -> int:
     repair_sets = {s.strip() for s in args.repair_sets.split(",") if s.strip()}
     unknown = [s for s in [*sets, *repair_sets] if s not in EVALUATION_SETS]
     if unknown:
-        print(f"unknown evaluation set(s) {unknown}; choose from {list(EVALUATION_SETS)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown evaluation set(s) {unknown}; choose from {list(EVALUATION_SETS)}")
     if args.repair_top is not None and args.repair_top < 1:
-        print(f"--repair-top must be at least 1, got {args.repair_top}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--repair-top must be at least 1, got {args.repair_top}")
     checkpoint_path = args.checkpoint or DEFAULT_CHECKPOINT
     try:
         checkpoint = Checkpoint.load(checkpoint_path)
     except (FileNotFoundError, ValueError) as exc:
-        return _refuse("eval-localization", exc)
+        raise UsageError(str(exc)) from None
     scorer = LocalScorer()
     table = {}
     for name in sets:
@@ -234,8 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     dependencies, e.g. a GPU machine training from `train-diagnostic --examples`."""
     parser = argparse.ArgumentParser(prog="python -m localization.cli")
     register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    return run_guarded(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

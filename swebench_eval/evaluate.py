@@ -16,22 +16,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS, CONTAINER_PATCH_FILE
-
-from environments.runtime import Runtime, RuntimeFailure
+from environments.runtime import Runtime, RuntimeFailure, RuntimeSettings
 from swebench_eval.datasets import Instance
 from swebench_eval.grading import grade_log, recorded_exit_code
-from swebench_eval.scripts import TESTBED, eval_script
+from swebench_eval.patches import PatchError, apply_patch
+from swebench_eval.scripts import eval_script
 from swebench_eval.sources import RepoSources
 from swebench_eval.specs import spec_for
 
-#: the official harness's fallbacks, in its order (swebench.harness.run_evaluation.GIT_APPLY_CMDS)
-GIT_APPLY_CMDS = (
-    "git apply --verbose",
-    "git apply --verbose --3way",
-    "git apply --verbose --reject",
-    "patch --batch --forward --fuzz=5 -p1 -i",
-)
 DEFAULT_TIMEOUT = 1800.0
 MODEL_OUTCOMES = ("resolved", "unresolved", "patch_failed", "no_test_output")
 INFRA_OUTCOMES = ("build_failed", "container_failed", "timeout")
@@ -69,25 +61,6 @@ class InstanceReport:
         return data
 
 
-def apply_patch(runtime: Runtime, patch: str, path: str = CONTAINER_PATCH_FILE) -> tuple[bool, str]:
-    """Apply `patch` with the official chain of fallbacks; restore a clean tree between attempts.
-
-    `path` is where the patch file goes: outside the working tree, or the cleanup between attempts deletes it."""
-    runtime.write_file(path, patch)
-    log = []
-    for attempt, command in enumerate(GIT_APPLY_CMDS):
-        if attempt:
-            runtime.run("git checkout -- . ; git clean -fd", timeout=120)
-        result = runtime.run(f"{command} {path}", timeout=120)
-        log.append(f"$ {command}\n{result.output}")
-        if result.ok:
-            return True, f"{APPLY_PATCH_PASS}:\n{result.output}"
-    runtime.run("git checkout -- . ; git clean -fd", timeout=120)  # leave no partial hunks or .rej files
-    if runtime.run(f"git apply --check --reverse {path}", timeout=120).ok:
-        return True, f"{APPLY_PATCH_PASS}: verified already applied"
-    return False, f"{APPLY_PATCH_FAIL}:\n" + "\n".join(log)
-
-
 def _write(out_dir: Path | None, name: str, text: str) -> None:
     if out_dir is not None:
         (out_dir / name).write_text(text)
@@ -103,6 +76,7 @@ def evaluate_patch(
     timeout: float = DEFAULT_TIMEOUT,
     model_name: str = "pinpoint",
     sources: RepoSources | None = None,
+    settings: RuntimeSettings | None = None,
 ) -> InstanceReport:
     """Grade `patch` on `instance`. With `runtime` (e.g. the agent's container) it is reset and reused; otherwise a
     fresh container is started from the instance image (built first when `image` is not given).
@@ -129,12 +103,9 @@ def evaluate_patch(
                 image = verdict.image = record.tag
                 verdict.python = record.plan.python_used
                 verdict.build_seconds = record.env_seconds + record.instance_seconds
-            from environments.docker_runtime import DockerRuntime
+            from swebench_eval.runtime import instance_runtime
 
-            # the spec's CPU quota where it sets one (pylint's multiprocessing tests skip on one core)
-            cpus = spec_for(instance).get("nano_cpus", 1_000_000_000) / 1e9
-            # offline, but private addresses time out as on the internet (requests' connect-timeout tests)
-            runtime = DockerRuntime(image, workdir=TESTBED, network=False, private_addresses_hang=True, cpus=cpus)
+            runtime = instance_runtime(instance, image, settings)  # the box the agent worked in, fresh
         else:
             runtime.reset()
         return _run_in(runtime, instance, patch, verdict, out_dir, timeout, model_name)
@@ -151,12 +122,13 @@ def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: In
     start = time.monotonic()
     script = eval_script(instance, spec_for(instance))
     _write(out_dir, "eval.sh", script)
+    _write(out_dir, "patch.diff", patch or "")  # what was graded: a later grade of the same patch reuses the report
     if patch and patch.strip():
-        _write(out_dir, "patch.diff", patch)
-        applied, apply_log = apply_patch(runtime, patch)
-        _write(out_dir, "apply_patch.txt", apply_log)
-        if not applied:
-            verdict.outcome, verdict.detail = "patch_failed", apply_log[-2000:]
+        try:
+            _write(out_dir, "apply_patch.txt", apply_patch(runtime, patch, fallbacks=True))
+        except PatchError as exc:
+            _write(out_dir, "apply_patch.txt", str(exc))
+            verdict.outcome, verdict.detail = "patch_failed", str(exc)[-2000:]
             verdict.report = {instance.instance_id: {"patch_is_None": False, "patch_exists": True,
                                                      "patch_successfully_applied": False, "resolved": False}}
             verdict.eval_seconds = time.monotonic() - start

@@ -91,9 +91,19 @@ class EditMetrics:
         return asdict(self)
 
 
-def changed_lines(patch: str) -> int:
-    """Edited lines of a patch (a modification counts once)."""
-    return sum(run.size for run in _runs(patch))
+def _counts(runs: list[Run]) -> dict[str, int]:
+    return {"added": sum(run.added for run in runs), "removed": sum(len(run.removed) for run in runs),
+            "total": sum(run.size for run in runs), "files": len({run.path for run in runs})}
+
+
+def edited_lines(patch: str) -> dict[str, int]:
+    """The size of a patch: its edited lines (`total`; a modified line counts once), the lines it adds and removes,
+    and the files it edits. The one count the agent's search, trajectories, preds.jsonl and `edit_metrics` report;
+    zeros for an empty patch or one that is not a unified diff."""
+    try:
+        return _counts(_runs(patch))
+    except ValueError:
+        return _counts([])
 
 
 def edit_metrics(pred_patch: str, gold_patch: str) -> EditMetrics:
@@ -110,7 +120,8 @@ def edit_metrics(pred_patch: str, gold_patch: str) -> EditMetrics:
             if hits:
                 needed += 1
                 touched.update(hits)
-    edited = sum(run.size for run in pred)
+    size = _counts(pred)
+    edited = size["total"]
     precision = needed / edited if edited else 0.0
     recall = len(touched) / len(gold) if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -120,7 +131,7 @@ def edit_metrics(pred_patch: str, gold_patch: str) -> EditMetrics:
         gold_lines=sum(run.size for run in gold),
         gold_faults=len(gold),
         faults_touched=len(touched),
-        files_edited=len({run.path for run in pred}),
+        files_edited=size["files"],
         precision=round(precision, 4),
         recall=round(recall, 4),
         f1=round(f1, 4),

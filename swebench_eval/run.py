@@ -1,8 +1,9 @@
-"""A resumable evaluation run: predictions in, one folder per instance and a summary out.
+"""A resumable evaluation run: predictions in, one folder per instance and a summary out (see `layout`).
 
-runs/eval/<run_id>/<instance_id>/{report.json, test_output.txt, eval.sh, ...} and runs/eval/<run_id>/summary.json.
-A re-run skips every instance whose report.json holds a model outcome; infrastructure failures are retried, and
-`rerun=True` redoes everything. The summary is rewritten after each instance, so an interrupted run loses nothing.
+`grade` is the one way a patch is graded, by `pinpoint eval` and by `run`/`batch --evaluate` alike: it reuses an
+instance's report.json when it holds a model outcome (infrastructure failures are retried; `rerun=True` redoes it),
+so the second of the two never grades again. The summary is rewritten after each instance, so an interrupted run
+loses nothing.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swebench_eval.datasets import DatasetError, Instance
+from environments.runtime import RuntimeSettings
+from swebench_eval.datasets import Instance
 from swebench_eval.evaluate import (
     INFRA_OUTCOMES,
     MODEL_OUTCOMES,
@@ -24,54 +25,13 @@ from swebench_eval.evaluate import (
     evaluate_patch,
     write_report,
 )
+from swebench_eval.layout import RunLayout
 from swebench_eval.metrics import edit_metrics
-from swebench_eval.paths import RUNS_DIR
+from swebench_eval.predictions import Prediction
 from swebench_eval.sources import RepoSources
 
 
-@dataclass(frozen=True)
-class Prediction:
-    instance_id: str
-    model_patch: str | None
-    model_name_or_path: str
-
-
-def load_predictions(path: Path) -> dict[str, Prediction]:
-    """Read SWE-bench predictions (.jsonl, or .json as a list or an {id: prediction} map), naming any bad entry."""
-    text = Path(path).read_text(encoding="utf-8")
-    if str(path).endswith(".jsonl"):
-        raw = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    raw.append((f"{path} line {number}", json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path} line {number}: not valid JSON ({exc.msg})") from None
-    else:
-        data = json.loads(text)
-        items = data.values() if isinstance(data, dict) else data
-        raw = [(f"{path} entry {i}", item) for i, item in enumerate(items, 1)]
-    predictions: dict[str, Prediction] = {}
-    for where, item in raw:
-        if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
-            raise DatasetError(f"{where}: a prediction needs a string 'instance_id'")
-        patch = item.get("model_patch")
-        if patch is not None and not isinstance(patch, str):
-            raise DatasetError(f"{where} ({item['instance_id']}): 'model_patch' must be a string or null")
-        predictions[item["instance_id"]] = Prediction(item["instance_id"], patch,
-                                                      str(item.get("model_name_or_path") or "unknown"))
-    return predictions
-
-
-def gold_predictions(instances: Iterable[Instance]) -> dict[str, Prediction]:
-    return {i.instance_id: Prediction(i.instance_id, i.patch, "gold") for i in instances}
-
-
-def empty_predictions(instances: Iterable[Instance]) -> dict[str, Prediction]:
-    return {i.instance_id: Prediction(i.instance_id, "", "empty") for i in instances}
-
-
-def _finished(out_dir: Path) -> InstanceReport | None:
+def finished_report(out_dir: Path) -> InstanceReport | None:
     """The stored verdict of an instance, when it holds a model outcome (infrastructure failures are retried)."""
     path = out_dir / "report.json"
     if not path.exists():
@@ -113,61 +73,71 @@ def summarize(instances: list[Instance], verdicts: dict[str, InstanceReport], ru
     }
 
 
+def grade(instance: Instance, prediction: Prediction, layout: RunLayout, *, sources: RepoSources | None = None,
+          settings: RuntimeSettings | None = None, image: str | None = None, rerun: bool = False,
+          timeout: float = 1800.0) -> tuple[InstanceReport, bool]:
+    """(verdict, reused): grade `prediction` into `layout`'s eval folder, or reuse the report already there."""
+    out_dir = layout.with_model(prediction.model_name_or_path).eval_dir(instance.instance_id)
+    if not rerun and _same_patch(out_dir, prediction) and (previous := finished_report(out_dir)) is not None:
+        return previous, True
+    try:
+        verdict = evaluate_patch(instance, prediction.model_patch, image=image, out_dir=out_dir, timeout=timeout,
+                                 model_name=prediction.model_name_or_path, sources=sources, settings=settings)
+    except Exception as exc:  # one broken instance must not stop the run; it is labelled, not hidden
+        verdict = InstanceReport(instance.instance_id, "container_failed", detail=f"{type(exc).__name__}: {exc}")
+    if (prediction.model_patch or "").strip():
+        try:
+            verdict.edit = edit_metrics(prediction.model_patch, instance.patch).to_json()
+        except ValueError as exc:
+            verdict.edit = {"error": str(exc)}
+    write_report(verdict, out_dir)
+    return verdict, False
+
+
+def _same_patch(out_dir: Path, prediction: Prediction) -> bool:
+    """Whether the report in `out_dir` graded this very patch (a re-solved instance must be graded again)."""
+    stored = out_dir / "patch.diff"
+    return stored.exists() and stored.read_text() == (prediction.model_patch or "")
+
+
 def run_eval(
     instances: list[Instance],
     predictions: dict[str, Prediction],
-    run_id: str,
+    layout: RunLayout,
     *,
     workers: int = 1,
     rerun: bool = False,
     timeout: float = 1800.0,
-    runs_dir: Path | None = None,
     on_result: Callable[[InstanceReport, bool], None] | None = None,
     sources: RepoSources | None = None,
 ) -> dict[str, Any]:
-    """Evaluate every instance that has a prediction; returns the summary (also written to summary.json)."""
-    root = Path(runs_dir or RUNS_DIR) / "eval" / run_id
-    root.mkdir(parents=True, exist_ok=True)
+    """Evaluate every instance that has a prediction; returns the summary (also written to `layout.summary`)."""
     todo = [i for i in instances if i.instance_id in predictions]
     verdicts: dict[str, InstanceReport] = {}
     lock = threading.Lock()
-    summary_path = root / "summary.json"
-
-    def record(verdict: InstanceReport, cached: bool) -> None:
-        with lock:
-            verdicts[verdict.instance_id] = verdict
-            summary = summarize(instances, verdicts, run_id, predictions)
-            tmp = summary_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(summary, indent=2))
-            tmp.replace(summary_path)
-        if on_result:
-            on_result(verdict, cached)
+    layout.run_root.mkdir(parents=True, exist_ok=True)
 
     def one(instance: Instance) -> None:
-        out_dir = root / instance.instance_id
-        if not rerun and (previous := _finished(out_dir)) is not None:
-            record(previous, True)
-            return
-        prediction = predictions[instance.instance_id]
-        try:
-            verdict = evaluate_patch(instance, prediction.model_patch, out_dir=out_dir, timeout=timeout,
-                                     model_name=prediction.model_name_or_path, sources=sources)
-        except Exception as exc:  # one broken instance must not stop the run; it is labelled, not hidden
-            verdict = InstanceReport(instance.instance_id, "container_failed", detail=f"{type(exc).__name__}: {exc}")
-        if (prediction.model_patch or "").strip():
-            try:
-                verdict.edit = edit_metrics(prediction.model_patch, instance.patch).to_json()
-            except ValueError as exc:
-                verdict.edit = {"error": str(exc)}
-        write_report(verdict, out_dir)
-        record(verdict, False)
+        verdict, cached = grade(instance, predictions[instance.instance_id], layout, sources=sources,
+                                rerun=rerun, timeout=timeout)
+        with lock:
+            verdicts[verdict.instance_id] = verdict
+            _write_summary(layout.summary, summarize(instances, verdicts, layout.run_id, predictions))
+        if on_result:
+            on_result(verdict, cached)
 
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for future in as_completed([pool.submit(one, i) for i in todo]):
             future.result()
-    summary = summarize(instances, verdicts, run_id, predictions)
+    summary = summarize(instances, verdicts, layout.run_id, predictions)
     summary["wall_seconds"] = round(time.monotonic() - started, 1)
-    summary["summary_path"] = str(summary_path)
-    summary_path.write_text(json.dumps(summary, indent=2))
+    summary["summary_path"] = str(layout.summary)
+    _write_summary(layout.summary, summary)
     return summary
+
+
+def _write_summary(path: Path, summary: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(path)

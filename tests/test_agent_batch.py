@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.fake_llm_server import FakeScriptedLLMServer, delay, tool_call
+from fake_llm_server import FakeScriptedLLMServer, delay, tool_call
 
 N_TASKS = 6
 ROOT = Path(__file__).resolve().parents[1]

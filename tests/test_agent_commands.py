@@ -7,10 +7,10 @@ import json
 import subprocess
 
 import pytest
+from fake_llm_server import FakeScriptedLLMServer, tool_call
 
 from agent.cli import main
 from agent.demo import build_demo_repo
-from agent.fake_llm_server import FakeScriptedLLMServer, tool_call
 from agent.fix import IssueError, read_issue
 
 FIX = {"command": "str_replace", "path": "numeric/functions.py", "old_str": "return number % 1.0 + 1.0",
@@ -33,7 +33,8 @@ def test_fix_writes_the_patch_and_a_branch_without_touching_the_users_checkout(t
                      "--test-cmd", demo.task.test_command, "--output", str(tmp_path / "out"), "--search", "none",
                      "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake"])
     assert code == 0
-    patch = (tmp_path / "out" / "team-repo-issue-42.patch").read_text()
+    run = tmp_path / "out" / "fix" / "fake"  # <runs root>/<run id>/<model>
+    patch = (run / "team-repo-issue-42.patch").read_text()
     assert "+    return number % 1.0\n" in patch
     # the branch holds exactly the patch on top of the user's HEAD
     assert _git(demo.path, "rev-parse", "pinpoint/issue-42^") == head
@@ -42,7 +43,7 @@ def test_fix_writes_the_patch_and_a_branch_without_touching_the_users_checkout(t
     assert _git(demo.path, "rev-parse", "HEAD") == head
     assert _git(demo.path, "status", "--porcelain") == "?? notes.txt"
     assert "+ 1.0" in (demo.path / "numeric" / "functions.py").read_text()
-    trajectory = json.loads((tmp_path / "out" / "trajectories" / "team-repo-issue-42" / "trajectory.json").read_text())
+    trajectory = json.loads((run / "trajectories" / "team-repo-issue-42" / "trajectory.json").read_text())
     assert trajectory["status"] == "submitted" and trajectory["runtime"] == "LocalRuntime"
 
 

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from agent.config import ConfigError, load_config
-from agent.predictions import append_prediction, read_predictions
 from agent.trajectory import load_trajectory, render
+from swebench_eval.predictions import append_prediction, read_predictions
 
 
 def test_file_then_set_then_flags_take_precedence(tmp_path):

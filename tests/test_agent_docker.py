@@ -8,10 +8,10 @@ import json
 import subprocess
 
 import pytest
+from fake_llm_server import FakeScriptedLLMServer, tool_call
 from unidiff import PatchSet
 
 from agent.cli import main
-from agent.fake_llm_server import FakeScriptedLLMServer, tool_call
 from swebench_eval.datasets import load_instances
 
 INSTANCE = "psf__requests-1142"  # fast to build; also the harness's own real-container instance
@@ -38,19 +38,26 @@ def test_gold_replay_through_the_agent_resolves_under_official_grading(tmp_path,
         code = main(["run", INSTANCE, "--evaluate", "--output", str(tmp_path), "--search", "none",
                      "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-gold-replay"])
     assert code == 0
-    (pred,) = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
+    run = tmp_path / "swebench_verified_dev" / "fake-gold-replay"  # <runs root>/<run id>/<model>
+    (pred,) = [json.loads(line) for line in (run / "preds.jsonl").read_text().splitlines()]
     assert pred["instance_id"] == INSTANCE and pred["status"] == "submitted"
     assert pred["resolved"] is True and pred["outcome"] == "resolved"
-    report = json.loads((tmp_path / "eval" / INSTANCE / "report.json").read_text())[INSTANCE]
+    report = json.loads((run / "eval" / INSTANCE / "report.json").read_text())[INSTANCE]
     assert report["resolved"] is True
     assert report["tests_status"]["FAIL_TO_PASS"]["success"] == list(instance.FAIL_TO_PASS)
-    trajectory = json.loads((tmp_path / "trajectories" / INSTANCE / "trajectory.json").read_text())
+    trajectory = json.loads((run / "trajectories" / INSTANCE / "trajectory.json").read_text())
     assert trajectory["runtime"] == "DockerRuntime" and trajectory["edited_lines"]["total"] == 3
     # and the same predictions file resolves under `pinpoint eval`
-    code = main(["eval", "--predictions", str(tmp_path / "preds.jsonl"), "--instances", INSTANCE,
+    code = main(["eval", "--predictions", str(run / "preds.jsonl"), "--instances", INSTANCE,
                  "--runs-dir", str(tmp_path / "graded"), "--run-id", "replay"])
-    summary = json.loads((tmp_path / "graded" / "eval" / "replay" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "graded" / "replay" / "summary.json").read_text())
     assert summary["resolved_instances"] == 1 and summary["ids"]["resolved"] == [INSTANCE]
+    # and `eval` on the run's own folder and run id reuses the report `run --evaluate` wrote
+    graded_at = (run / "eval" / INSTANCE / "report.json").stat().st_mtime_ns
+    code = main(["eval", "--predictions", str(run / "preds.jsonl"), "--instances", INSTANCE,
+                 "--runs-dir", str(tmp_path), "--run-id", "swebench_verified_dev"])
+    assert code == 0 and (run / "eval" / INSTANCE / "report.json").stat().st_mtime_ns == graded_at
+    assert json.loads((tmp_path / "swebench_verified_dev" / "summary.json").read_text())["resolved_instances"] == 1
 
 
 @pytest.mark.docker

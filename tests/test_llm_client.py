@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from agent.embedded_model import resolve_config
-from agent.fake_llm_server import (
+from fake_llm_server import (
     FakeScriptedLLMServer,
     delay,
     empty_reply,
@@ -18,6 +16,8 @@ from agent.fake_llm_server import (
     text_action,
     tool_call,
 )
+
+from agent.embedded_model import resolve_config
 from agent.llm import (
     LLMBadResponse,
     LLMClient,

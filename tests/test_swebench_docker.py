@@ -34,7 +34,8 @@ def _eval(tmp_path, capsys, *flags: str) -> tuple[dict, str]:
     register(parser.add_subparsers())
     args = parser.parse_args(["eval", *flags, "--instances", INSTANCE, "--runs-dir", str(tmp_path), "--run-id", "t"])
     assert args.func(args) == 0
-    report = json.loads((tmp_path / "eval" / "t" / INSTANCE / "report.json").read_text())[INSTANCE]
+    model = "gold" if "--gold" in flags else "empty"  # results: <runs-dir>/<run-id>/<model>/eval/<instance>/
+    report = json.loads((tmp_path / "t" / model / "eval" / INSTANCE / "report.json").read_text())[INSTANCE]
     return report, capsys.readouterr().out
 
 
@@ -43,10 +44,10 @@ def test_gold_resolves_empty_does_not_and_a_rerun_is_skipped(tmp_path, capsys, d
     assert gold["resolved"] is True and gold["pinpoint"]["outcome"] == "resolved"
     assert gold["tests_status"]["FAIL_TO_PASS"]["success"] == F2P
     assert gold["pinpoint"]["test_exit_code"] is not None  # recorded (non-zero here: tests outside the lists fail)
-    run_dir = tmp_path / "gold" / "eval" / "t"
-    log = (run_dir / INSTANCE / "test_output.txt").read_text()
+    run_dir = tmp_path / "gold" / "t"
+    log = (run_dir / "gold" / "eval" / INSTANCE / "test_output.txt").read_text()
     assert ">>>>> Start Test Output" in log and ">>>>> Test Exit Code: " in log
-    assert (run_dir / INSTANCE / "eval.sh").exists()
+    assert (run_dir / "gold" / "eval" / INSTANCE / "eval.sh").exists()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["resolved_instances"] == 1 and summary["ids"]["resolved"] == [INSTANCE]
 

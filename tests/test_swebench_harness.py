@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 from pathlib import Path
@@ -11,10 +10,11 @@ import pytest
 
 from swebench_eval import scripts, specs
 from swebench_eval.datasets import DatasetError, load_instances
-from swebench_eval.evaluate import apply_patch, classify
+from swebench_eval.evaluate import classify
 from swebench_eval.grading import grade_log, recorded_exit_code
-from swebench_eval.metrics import edit_metrics
-from swebench_eval.run import load_predictions
+from swebench_eval.metrics import edit_metrics, edited_lines
+from swebench_eval.patches import APPLY_PATCH_FAIL, APPLY_PATCH_PASS, GIT_APPLY_CMDS, PatchError, apply_patch
+from swebench_eval.predictions import read_predictions
 from swebench_eval.scripts import eval_script
 from swebench_eval.sources import RepoSources, SourceError
 from swebench_eval.specs import env_inputs, modified_test_files, spec_for
@@ -84,7 +84,7 @@ def test_bad_prediction_entry_is_named(tmp_path):
     path = tmp_path / "preds.jsonl"
     path.write_text(json.dumps({"instance_id": "a", "model_patch": ""}) + "\n" + json.dumps({"model_patch": "x"}) + "\n")
     with pytest.raises(DatasetError, match="line 2: a prediction needs a string 'instance_id'"):
-        load_predictions(path)
+        read_predictions(path)
 
 
 # -- sources and specs ----------------------------------------------------------------------------------------------
@@ -223,11 +223,19 @@ def test_patch_that_does_not_apply_is_a_clear_outcome(tmp_path, sources, request
     with LocalRuntime(git_dir, requests_instance.base_commit) as runtime:
         broken = requests_instance.patch.replace("-            return to_native_string(data)",
                                                  "-            return something_else(data)")
-        applied, log = apply_patch(runtime, broken, str(tmp_path / "patch.diff"))
-        assert not applied and log.startswith(">>>>> Patch Apply Failed")
+        with pytest.raises(PatchError) as failed:
+            apply_patch(runtime, broken, fallbacks=True, path=str(tmp_path / "patch.diff"))
+        assert str(failed.value).startswith(">>>>> Patch Apply Failed")
         assert runtime.diff() == ""  # the failed attempts left nothing behind
-        applied, log = apply_patch(runtime, requests_instance.patch, str(tmp_path / "patch.diff"))
-        assert applied and "to_native_string(params)" in runtime.diff()
+        log = apply_patch(runtime, requests_instance.patch, fallbacks=True, path=str(tmp_path / "patch.diff"))
+        assert log.startswith(">>>>> Applied Patch") and "to_native_string(params)" in runtime.diff()
+
+
+def test_patch_application_follows_the_official_harness():
+    from swebench.harness import constants, run_evaluation
+
+    assert (APPLY_PATCH_PASS, APPLY_PATCH_FAIL) == (constants.APPLY_PATCH_PASS, constants.APPLY_PATCH_FAIL)
+    assert list(GIT_APPLY_CMDS) == list(run_evaluation.GIT_APPLY_CMDS)
 
 
 # -- edit metrics -------------------------------------------------------------------------------------------------------
@@ -265,6 +273,13 @@ def test_edit_metrics_count_unneeded_lines_and_missed_faults():
     assert edit_metrics(elsewhere, GOLD).recall == 0.0 and edit_metrics(elsewhere, GOLD).precision == 0.0
 
 
+def test_edited_lines_count_a_modified_line_once_as_edit_metrics_do():
+    assert edited_lines(GOLD) == {"added": 1, "removed": 1, "total": 1, "files": 1}
+    extra = _variant("@@ -1,6 +1,7 @@\n a = 1\n b = 2\n-c = 3\n+c = 5\n d = 4\n-e = 5\n+e = 6\n+g = 7\n f = 6\n")
+    assert edited_lines(extra)["total"] == edit_metrics(extra, GOLD).edited_lines == 3
+    assert edited_lines("")["total"] == edited_lines("not a diff")["total"] == 0
+
+
 def test_insertion_bordering_the_gold_line_is_needed():
     before = _variant("@@ -2,2 +2,3 @@\n b = 2\n+x = 0\n c = 3\n")
     metrics = edit_metrics(before, GOLD)
@@ -282,14 +297,11 @@ def test_empty_prediction_is_a_noop():
 
 
 def test_eval_cli_rejects_a_bad_dataset_with_one_clear_line(tmp_path, capsys):
-    from swebench_eval.cli import register
+    from agent.cli import main  # the console script's guard turns the error into one line
 
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instance_id": "a"}\n')
-    args = parser.parse_args(["eval", "--gold", "--dataset", str(bad)])
-    assert args.func(args) == 2
+    assert main(["eval", "--gold", "--dataset", str(bad)]) == 2
     assert "bad.jsonl line 1: field 'repo' must be a non-empty string" in capsys.readouterr().err
 
 

@@ -6,12 +6,18 @@ import posixpath
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from environments.runtime import Runtime
 
 DEFAULT_MAX_OUTPUT_CHARS = 10_000
 NO_OUTPUT = "(no output)"
+
+
+class Observation(Protocol):
+    """A typed tool result (e.g. a test run): callers keep the value, the model reads `render()`."""
+
+    def render(self) -> str: ...
 
 
 class ToolError(Exception):
@@ -26,8 +32,9 @@ class Tool:
     description: str
     #: JSON schema (type "object") of the arguments, as OpenAI function calling expects
     parameters: dict[str, Any]
-    #: called as function(runtime, **arguments) after the arguments were validated against `parameters`
-    function: Callable[..., str]
+    #: called as function(runtime, **arguments) after the arguments were validated against `parameters`; returns
+    #: the observation text, or a typed value that renders to it
+    function: Callable[..., str | Observation]
     #: told to the model when its output is truncated: how to see the part that was cut
     more_hint: str = "Narrow the request to see the rest."
 

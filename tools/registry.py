@@ -10,7 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from environments.runtime import Runtime
-from tools.base import DEFAULT_MAX_OUTPUT_CHARS, Tool, ToolError, shape_output
+from tools.base import DEFAULT_MAX_OUTPUT_CHARS, Observation, Tool, ToolError, shape_output
 from tools.editor import editor_tool
 from tools.run_tests import RUN_TESTS_TOOL
 from tools.search import SEARCH_TOOL
@@ -22,6 +22,8 @@ from tools.view import VIEW_TOOL
 class ToolResult:
     output: str
     error: bool = False
+    #: the tool's typed result when it returns one (run_tests: a TestRun), for callers that act on it
+    value: Observation | None = None
 
 
 def default_tools() -> list[Tool]:
@@ -52,10 +54,12 @@ def call_tool(
             f"Invalid arguments for {name}: {problem}\nExpected arguments (JSON schema):\n{expected}", True
         )
     try:
-        output = tool.function(runtime, **values)
+        returned = tool.function(runtime, **values)
     except ToolError as error:
         return ToolResult(shape_output(str(error), max_output_chars, tool.more_hint), error=True)
-    return ToolResult(shape_output(output, max_output_chars, tool.more_hint))
+    if isinstance(returned, str):
+        return ToolResult(shape_output(returned, max_output_chars, tool.more_hint))
+    return ToolResult(shape_output(returned.render(), max_output_chars, tool.more_hint), value=returned)
 
 
 def _validated(tool: Tool, arguments: dict[str, Any] | str) -> tuple[dict[str, Any], str | None]:

@@ -1,9 +1,10 @@
-"""`run_tests`: run a test command in the runtime and summarise it (exit code, pytest counts, failing tests)."""
+"""`run_tests`: run a test command in the runtime and return it as a typed `TestRun` (exit code, pytest counts,
+failing tests); the model reads the run rendered as text."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from environments.runtime import Runtime
 from tools.base import Tool, ToolError, tail
@@ -12,6 +13,7 @@ DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 1800
 OUTPUT_TAIL_CHARS = 4000
 MAX_NAMES = 30
+MORE_HINT = "Run a narrower selection of tests to see more."
 
 # "=== 2 failed, 10 passed, 1 warning in 0.52s ===", "-q" form without the rules, and pytest<5's "in 0.52 seconds"
 _SUMMARY = re.compile(
@@ -49,41 +51,99 @@ def parse_pytest(output: str) -> PytestSummary | None:
     return summary
 
 
-def _count(number: int, word: str) -> str:
-    return f"{number} {word}s" if number != 1 and word in ("error", "warning") else f"{number} {word}"
+@dataclass
+class TestRun:
+    """One run of a test command: what the agent scores, routes on and stores (as `to_dict`) in its state.
+    Without a pytest summary, the exit code counts as one test."""
 
+    __test__ = False  # not a pytest test class, whatever its name
 
-def run_tests(runtime: Runtime, command: str, timeout: int = DEFAULT_TIMEOUT_S) -> str:
-    if not command.strip():
-        raise ToolError("The test command is empty; e.g. `python -m pytest -q tests/test_x.py`.")
-    result = runtime.run(command, timeout=timeout)
-    lines = [f"Command: {command}"]
-    if result.timed_out:
-        lines.append(
-            f"TIMED OUT after {timeout}s: the run was killed; whatever follows is from partial output."
-        )
-    else:
-        lines.append(
-            f"Exit code: {result.exit_code}" + (" (success)" if result.exit_code == 0 else " (failure)")
-        )
-    plain = _ANSI.sub("", result.output)  # projects that force --color=yes; the model reads plain text
-    summary = parse_pytest(plain)
-    if summary is None:
-        lines.append("No pytest summary found in the output.")
-    else:
-        if summary.counts:
-            lines.append("Result: " + ", ".join(_count(n, word) for word, n in summary.counts.items()))
-        for title, names in (("Failed tests", summary.failed), ("Errors", summary.errors)):
+    command: str
+    exit_code: int | None
+    #: the output without ANSI colour codes
+    output: str = ""
+    timed_out: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S
+    #: pytest's summary counts ("passed", "failed", "error", ...); None when the output has no pytest summary
+    counts: dict[str, int] | None = None
+    failed_tests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    #: edited lines of the patch the run tested (the tie-break between equal runs)
+    patch_edited_lines: int = 0
+
+    @classmethod
+    def parse(cls, command: str, exit_code: int | None, output: str, timed_out: bool = False,
+              timeout: float = DEFAULT_TIMEOUT_S) -> TestRun:
+        """A run from a command's raw result, its pytest summary read from the output."""
+        plain = _ANSI.sub("", output)
+        summary = parse_pytest(plain)
+        if summary is None:
+            return cls(command, exit_code, plain, timed_out, timeout)
+        return cls(command, exit_code, plain, timed_out, timeout, summary.counts, summary.failed, summary.errors)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def passed(self) -> int:
+        return self.counts.get("passed", 0) if self.counts else int(self.ok)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0) + self.counts.get("error", 0) if self.counts else int(not self.ok)
+
+    def key(self) -> tuple:
+        """Better runs sort higher: passing first, then more passed, fewer failed, then the smaller edit."""
+        return (self.ok, self.passed, -self.failed, -self.patch_edited_lines)
+
+    def to_dict(self, output_chars: int = 4000) -> dict:
+        """JSON values (the output's tail only), with the derived ok/passed/failed for readers of trajectories."""
+        data = asdict(self)
+        data.update(ok=self.ok, passed=self.passed, failed=self.failed, output=self.output[-output_chars:])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TestRun:
+        """The run back from `to_dict` (extra keys such as a record's `source` are ignored)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+    def render(self) -> str:
+        """The run as the model reads it: status, counts, failing tests and the output's tail."""
+        if self.timed_out:
+            status = f"TIMED OUT after {self.timeout}s: the run was killed; whatever follows is from partial output."
+        else:
+            status = f"Exit code: {self.exit_code}" + (" (success)" if self.exit_code == 0 else " (failure)")
+        lines = [f"Command: {self.command}", status, *self._summary_lines()]
+        output = self.output.rstrip()
+        lines.append("Output (tail):" if output else "Output: (no output)")
+        if output:
+            lines.append(tail(output, OUTPUT_TAIL_CHARS, MORE_HINT))
+        return "\n".join(lines)
+
+    def _summary_lines(self) -> list[str]:
+        if self.counts is None:
+            return ["No pytest summary found in the output."]
+        lines = ["Result: " + ", ".join(_count(n, word) for word, n in self.counts.items())] if self.counts else []
+        for title, names in (("Failed tests", self.failed_tests), ("Errors", self.errors)):
             if names:
                 lines.append(f"{title} ({len(names)}):")
                 lines.extend(f"  {name}" for name in names[:MAX_NAMES])
                 if len(names) > MAX_NAMES:
                     lines.append(f"  ... and {len(names) - MAX_NAMES} more")
-    output = plain.rstrip()
-    lines.append("Output (tail):" if output else "Output: (no output)")
-    if output:
-        lines.append(tail(output, OUTPUT_TAIL_CHARS, "Run a narrower selection of tests to see more."))
-    return "\n".join(lines)
+        return lines
+
+
+def _count(number: int, word: str) -> str:
+    return f"{number} {word}s" if number != 1 and word in ("error", "warning") else f"{number} {word}"
+
+
+def run_tests(runtime: Runtime, command: str, timeout: float = DEFAULT_TIMEOUT_S) -> TestRun:
+    """Run `command` in the repository root; the tool, the oracle check and search candidates all run through here."""
+    if not command.strip():
+        raise ToolError("The test command is empty; e.g. `python -m pytest -q tests/test_x.py`.")
+    result = runtime.run(command, timeout=timeout)
+    return TestRun.parse(command, result.exit_code, result.output, result.timed_out, timeout)
 
 
 RUN_TESTS_TOOL = Tool(
@@ -107,5 +167,5 @@ RUN_TESTS_TOOL = Tool(
         "additionalProperties": False,
     },
     function=run_tests,
-    more_hint="Run a narrower selection of tests to see more.",
+    more_hint=MORE_HINT,
 )

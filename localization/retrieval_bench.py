@@ -10,10 +10,8 @@ Hit@k (a gold line among the top k suspect lines; for a pure insertion, the line
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 from localization.data import patch_gold_lines
 from localization.fusion import reciprocal_rank_fusion, top_lines
@@ -79,22 +77,3 @@ def format_table(result: dict) -> str:
         lines.append(f"{'line Hit@' + str(k):<12}{'-':>11}{t.get(f'fused_line@{k}', 0.0):>8.2f}{'-':>10}")
     lines.append("fused = retrieval + lexical by reciprocal rank (the agent's issue-text signals)")
     return "\n".join(lines)
-
-
-def run_cli(args) -> int:
-    from swebench_eval.datasets import load_instances
-    from swebench_eval.paths import SHARED_DATA
-
-    repos_dir = SHARED_DATA / "repos"
-    available = {p.name.removesuffix(".git.tar") for p in repos_dir.glob("*.git.tar")}
-    instances = [i for i in load_instances(args.dataset, repos=args.repos or None) if i.owner_name in available]
-    if args.every and args.every > 1:  # a deterministic sample across repositories
-        instances = instances[:: args.every]
-    instances = instances[: args.limit or None]
-    if not instances:
-        raise ValueError(f"no SWE-bench rows with an offline repository in {repos_dir}")
-    result = evaluate(instances, log=(lambda _: None) if args.quiet else print)
-    print(format_table(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0

@@ -1,0 +1,283 @@
+"""The graph's nodes: one function per node, `(state, ctx) -> update`. Nodes act and record what happened; the
+routers in `agent.routes` decide where the graph goes next, and `agent.context.run_node` does the bookkeeping every
+node shares (budgets, failures, usage, the working tree's patch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+from agent import prompts
+from agent.context import AgentContext
+from agent.llm import LLMError, ToolCall
+from agent.search import Node, SearchResult, bester_search, flare_refine
+from agent.state import AgentState, last_failure, run_key, task_of, test_command_of
+from environments.runtime import RuntimeFailure
+from localization.fusion import fuse_localizers, reciprocal_rank_fusion
+from localization.retrieval import is_test_path
+from localization.suspects import LocalizationRequest, Suspect
+from swebench_eval.metrics import edited_lines
+from swebench_eval.patches import PatchError, apply_patch
+from tools.base import numbered
+from tools.registry import ToolResult
+from tools.run_tests import TestRun, run_tests
+
+#: tools whose calls the edit node leaves to the test and submit nodes
+DEFERRED = ("run_tests", "submit")
+SNIPPET_LINES = 12
+
+
+def patch_sha(patch: str) -> str:
+    return hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def tool_message(call_id: str, content: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def tool_event(name: str, arguments: Any, observation: str, error: bool) -> dict:
+    return {"kind": "tool", "name": name, "arguments": arguments, "error": error, "observation": observation}
+
+
+def run_record(run: TestRun, source: str, patch: str) -> dict:
+    """A test run as state keeps it: the run on `patch` (its edit size included), where it came from, which patch."""
+    run = dataclasses.replace(run, patch_edited_lines=edited_lines(patch)["total"])
+    return {**run.to_dict(), "source": source, "patch_sha": patch_sha(patch)}
+
+
+def best_update(state: AgentState, record: dict | None, patch: str) -> dict:
+    """{"best": ...} when `record` beats the best tested patch so far, else nothing."""
+    if record is not None and run_key(record) > run_key(state.get("best")):
+        return {"best": {**record, "patch": patch}}
+    return {}
+
+
+# --- view -----------------------------------------------------------------------------------------------------------
+
+
+def view(state: AgentState, ctx: AgentContext) -> dict:
+    """The system prompt, the issue and the repository tree."""
+    task = task_of(state)
+    tree = ctx.call_tool("view", {"path": "."}).output
+    task_text = prompts.task_message(task.problem_statement, tree, task.hints, task.test_command)
+    return {"messages": [{"role": "system", "content": prompts.SYSTEM}, {"role": "user", "content": task_text}],
+            "status": "running"}
+
+
+# --- localize -------------------------------------------------------------------------------------------------------
+
+
+def localize(state: AgentState, ctx: AgentContext) -> dict:
+    """Fuse every localizer's suspects for the issue (and the last failing test's output); quote the top ones."""
+    failure = last_failure(state)
+    request = LocalizationRequest(problem_statement=task_of(state).problem_statement,
+                                  test_output=failure.output if failure else "")
+    fused, per_signal = _fused_suspects(ctx, request)
+    top = fused[: ctx.config.agent.show_suspects]
+    message = prompts.suspects_message(top, {i: _snippet(ctx, s) for i, s in enumerate(top)}, request.test_output)
+    event = {"kind": "localize", "signals": {k: [s.to_dict() for s in v[:20]] for k, v in per_signal.items()}}
+    return {"suspects": [s.to_dict() for s in fused[:50]], "targets": _search_targets(ctx, per_signal, fused),
+            "events": [event], "messages": [{"role": "user", "content": message}]}
+
+
+def _fused_suspects(ctx: AgentContext, request: LocalizationRequest) -> tuple[list[Suspect], dict[str, list[Suspect]]]:
+    """Every signal's suspects and their fusion. Signals that read code (the diagnostic model) and found nothing
+    from the text alone get the source of the files the others point at, and the fusion is redone."""
+    fused, per_signal = fuse_localizers(ctx.localizers, request)
+    waiting = [loc for loc in ctx.localizers if not per_signal.get(loc.name)]
+    paths = list(dict.fromkeys(s.path for s in fused if s.path.endswith(".py") and not is_test_path(s.path)))
+    if waiting and paths:
+        request.files = {p: ctx.runtime.read_text(p) for p in paths[: ctx.config.agent.localize_files]}
+        for loc in waiting:
+            per_signal[loc.name] = list(loc.localize(request))
+        fused = reciprocal_rank_fusion({n: v for n, v in per_signal.items() if v})
+    return fused, per_signal
+
+
+def _search_targets(ctx: AgentContext, per_signal: dict[str, list[Suspect]], fused: list[Suspect]) -> list[dict]:
+    """What search may rewrite: the fused spans some line- or function-level signal produced (not only whole-file
+    rankings)."""
+    file_level = {loc.name for loc in ctx.localizers if getattr(loc, "file_level", False)}
+    own = {(s.path, s.start_line, s.end_line) for n, v in per_signal.items() if n not in file_level for s in v}
+    return [s.to_dict() for s in fused if (s.path, s.start_line, s.end_line) in own][:50]
+
+
+def _snippet(ctx: AgentContext, suspect: Suspect) -> str:
+    try:
+        text = ctx.runtime.read_text(suspect.path)
+    except (FileNotFoundError, OSError):
+        return ""
+    first = max(1, suspect.start_line)
+    end = min(suspect.end_line, first + SNIPPET_LINES - 1)
+    more = suspect.end_line - end
+    body = numbered(text.splitlines()[first - 1 : end], first)
+    return body + (f"\n      … ({more} more lines)" if more > 0 else "")
+
+
+# --- edit -----------------------------------------------------------------------------------------------------------
+
+
+def edit(state: AgentState, ctx: AgentContext) -> dict:
+    """One model turn: view/search/editor calls run at once; run_tests and submit calls wait for their nodes."""
+    response = ctx.complete(state["messages"], "edit", tools=ctx.schemas())
+    messages = [response.assistant_message()]
+    steps = state.get("steps", 0) + 1
+    if not response.tool_calls:
+        if not response.content.strip() and response.finish_reason != "length":
+            raise LLMError("the model returned an empty reply (no text, no tool call)")
+        messages.append({"role": "user", "content": prompts.NO_TOOL_CALL})
+        return {"messages": messages, "steps": steps, "pending_calls": []}
+    pending, events = [], []
+    for call in response.tool_calls:
+        if call.name in DEFERRED and not call.parse_error:
+            pending.append({"id": call.id, "name": call.name, "arguments": call.arguments})
+            continue
+        result = _answer(call, ctx)
+        messages.append(tool_message(call.id, result.output))
+        events.append(tool_event(call.name, call.arguments, result.output, result.error))
+    return {"messages": messages, "steps": steps, "pending_calls": pending, "events": events}
+
+
+def _answer(call: ToolCall, ctx: AgentContext) -> ToolResult:
+    if call.parse_error:
+        return ToolResult(f"Error: your tool call could not be read: {call.parse_error}. Fix the call.", error=True)
+    return ctx.call_tool(call.name, call.arguments)
+
+
+# --- test -----------------------------------------------------------------------------------------------------------
+
+
+def test(state: AgentState, ctx: AgentContext) -> dict:
+    """Run the model's run_tests calls and, when the task has one, the oracle check (always before a submit); keep
+    the best tested patch; a submit waiting on failing tests is refused, with the reason."""
+    pending = state.get("pending_calls") or []
+    runs, messages, events = _model_tests([p for p in pending if p["name"] == "run_tests"], ctx)
+    command = task_of(state).test_command
+    submits = [p for p in pending if p["name"] == "submit"]
+    if command and (submits or not runs):
+        run, message = _oracle_check(command, ctx)
+        runs.append((run, "oracle"))
+        messages.append(message)
+    diff = ctx.runtime.diff()
+    records = [run_record(run, source, diff) for run, source in runs]
+    last = records[-1] if records else None
+    if last is not None and not last["ok"]:
+        messages += [tool_message(p["id"], "Not submitted: the tests fail (see above).") for p in submits]
+        submits = []
+    return {"messages": messages, "events": events, "test_runs": records, "last_test": last,
+            "pending_calls": submits, **best_update(state, last, diff)}
+
+
+def _model_tests(calls: list[dict], ctx: AgentContext) -> tuple[list[tuple[TestRun, str]], list[dict], list[dict]]:
+    """The model's run_tests calls through the tool (its schema check included): the typed runs with their source,
+    the answers and the events. A call the tool refused is answered but runs nothing."""
+    runs, messages, events = [], [], []
+    for call in calls:
+        result = ctx.call_tool("run_tests", call["arguments"])
+        messages.append(tool_message(call["id"], result.output))
+        events.append(tool_event("run_tests", call["arguments"], result.output, result.error))
+        if isinstance(result.value, TestRun):
+            runs.append((result.value, "model"))
+    return runs, messages, events
+
+
+def _oracle_check(command: str, ctx: AgentContext) -> tuple[TestRun, dict]:
+    """The task's own test command on the working tree, and the message that tells the model how it went."""
+    run = run_tests(ctx.runtime, command, ctx.config.agent.test_timeout_s)
+    content = (f"Check `{command}` {'passed' if run.ok else 'failed'} (exit {run.exit_code}, {run.passed} passed, "
+               f"{run.failed} failed):\n{prompts.test_feedback(run.output)}")
+    return run, {"role": "user", "content": content}
+
+
+# --- search ---------------------------------------------------------------------------------------------------------
+
+
+def search(state: AgentState, ctx: AgentContext) -> dict:
+    """The configured search policies from the current program; the best candidate is put in the working tree."""
+    command = test_command_of(state)
+    start = Node(ctx.runtime.diff(), last_failure(state) or TestRun(command, exit_code=1))
+    best, candidates = _run_policies(state, ctx, start, command)
+    try:
+        apply_patch(ctx.runtime, best.patch)  # candidates ran on reset trees: restore the chosen one
+    except PatchError as exc:
+        raise RuntimeFailure(str(exc)) from exc
+    update: dict[str, Any] = {"candidates": candidates, "searches": state.get("searches", 0) + 1,
+                              "patch": best.patch}
+    summary = (f"{len(candidates)} candidates; best: {best.outcome.passed} passed, {best.outcome.failed} failed, "
+               f"{edited_lines(best.patch)['total']} edited lines")
+    if best is start:
+        text = f"Search found no better candidate ({summary}). Continue editing."
+        return {**update, "messages": [{"role": "user", "content": text}]}
+    record = run_record(best.outcome, "search", best.patch)
+    text = prompts.candidate_message(ctx.config.search.policy, summary, best.patch)
+    return {**update, "messages": [{"role": "user", "content": text}], "test_runs": [record],
+            **best_update(state, record, best.patch)}
+
+
+def _run_policies(state: AgentState, ctx: AgentContext, start: Node, command: str) -> tuple[Node, list[dict]]:
+    """Each policy of `search.policy` ("flare+bester": FLARE, then BESTER from its best) until one passes; the best
+    program found and every candidate tried."""
+    # candidates never rewrite tests: a weakened assertion would pass the very check that judges them
+    suspects = [Suspect(**s) for s in state.get("targets") or [] if not is_test_path(s["path"])]
+    result: SearchResult | None = None
+    candidates: list[dict] = []
+    for policy in ctx.config.search.policy.split("+"):
+        node = result.best if result else start
+        found = _search_once(policy, ctx, task_of(state).problem_statement, node, suspects, command)
+        candidates += found.candidates
+        result = found if result is None or found.best.outcome.key() > node.outcome.key() else result
+        if result.best.outcome.ok:
+            break
+    return (result.best if result else start), candidates
+
+
+def _search_once(policy: str, ctx: AgentContext, problem: str, node: Node, suspects: list[Suspect],
+                 command: str) -> SearchResult:
+    cfg = ctx.config
+    common = {"test_command": command, "timeout": cfg.agent.test_timeout_s, "context": cfg.search.context_lines}
+    if policy == "flare":
+        return flare_refine(ctx.ask, ctx.runtime, problem, node, suspects, k=cfg.search.k, rounds=cfg.search.rounds,
+                            **common)
+    return bester_search(ctx.ask, ctx.runtime, problem, node, suspects, reflections=cfg.search.reflections,
+                         depth=cfg.search.depth, **common)
+
+
+# --- submit and finalize --------------------------------------------------------------------------------------------
+
+
+def submit(state: AgentState, ctx: AgentContext) -> dict:
+    """Review on submit: an empty diff is refused; the first submit shows the diff for a final check (when
+    configured); the next one is accepted."""
+    pending = [p for p in state.get("pending_calls") or [] if p["name"] == "submit"]
+    diff = ctx.runtime.diff()
+    total = edited_lines(diff)["total"]
+    if not diff.strip():
+        text = "Nothing to submit: the working tree has no changes. Edit files first."
+        return {"messages": _submit_replies(pending, text), "pending_calls": []}
+    if ctx.config.agent.review_on_submit and not state.get("reviewed"):
+        return {"messages": _submit_replies(pending, prompts.review_message(diff, total)), "reviewed": True,
+                "pending_calls": []}
+    return {"messages": _submit_replies(pending, f"Submitted ({total} edited lines)."), "pending_calls": [],
+            "final_patch": diff, "status": "submitted", "detail": ""}
+
+
+def _submit_replies(pending: list[dict], text: str) -> list[dict]:
+    """`text` as the answer to the first submit call (later ones are duplicates), or as a user message."""
+    if not pending:
+        return [{"role": "user", "content": text}]
+    return [tool_message(pending[0]["id"], text)] + [tool_message(p["id"], "(duplicate submit ignored)")
+                                                    for p in pending[1:]]
+
+
+def finalize(state: AgentState, ctx: AgentContext) -> dict:
+    """Keep the submitted patch; else the better of the current patch and the best tested one."""
+    if state.get("status") == "submitted":
+        return {"final_patch": state.get("final_patch", "")}
+    current = state.get("patch", "")
+    best = state.get("best")
+    tested = [r for r in state.get("test_runs") or [] if r.get("patch_sha") == patch_sha(current)]
+    better = bool(best) and (run_key(best) > run_key(tested[-1]) if tested else best["ok"] or not current.strip())
+    status = state.get("status")
+    return {"final_patch": best["patch"] if better else current,
+            "status": status if status not in (None, "running") else "stopped"}

@@ -1,0 +1,99 @@
+"""Solve one task and (optionally) grade it: the one path `run`, `batch` and the RL environment take.
+
+    solve_instance(instance) ─► swebench_eval.runtime.runtime_for (preflight, image, the grader's box)
+                             ─► agent.runner.run_task (the graph, checkpointed, its trajectory written)
+                             ─► swebench_eval.run.grade (official grading in a fresh box; reused when done)
+                             ─► preds.jsonl row (locked append)
+
+Every file lands in the run's `RunLayout`, so `pinpoint eval` on the same run id reuses the reports written here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.config import Config
+from agent.runner import RunResult, run_task
+from agent.state import Task
+from environments.errors import UsageError
+from swebench_eval.datasets import Instance
+from swebench_eval.layout import RunLayout
+from swebench_eval.predictions import Prediction, append_prediction
+from swebench_eval.sources import RepoSources
+
+
+@dataclass
+class Solved:
+    """What one task produced: the agent's result and, when graded, the verdict's headline fields."""
+
+    result: RunResult
+    graded: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        """The extra fields of this task's preds.jsonl line."""
+        return {"status": self.result.status, "edited_lines": self.result.edited_lines["total"], **self.graded}
+
+
+def layout_for(config: Config, default_run_id: str) -> RunLayout:
+    """The run folder of `config`: `runs.run_id` (else the command's default) and the model."""
+    return RunLayout(config.runs.run_id or default_run_id, config.llm.model, config.runs.output_dir)
+
+
+def solve(instance: Instance, config: Config, layout: RunLayout, sources: RepoSources | None = None) -> RunResult:
+    """Run the agent on `instance` in the box its grader uses; the image is built first when missing."""
+    from swebench_eval.runtime import runtime_for
+
+    runtime, record = runtime_for(instance, config.runtime, sources)
+    task = Task(instance.instance_id, instance.problem_statement, repo=instance.repo)
+    with runtime:
+        return run_task(task, runtime, config, run_dir=layout.trajectory_dir(instance.instance_id),
+                        meta={"image": record.tag})
+
+
+def solve_instance(instance: Instance, config: Config, layout: RunLayout, *, evaluate: bool = False,
+                   sources: RepoSources | None = None) -> Solved:
+    """Solve, grade when asked, and append the prediction to the run's preds.jsonl."""
+    from swebench_eval.run import grade
+
+    solved = Solved(solve(instance, config, layout, sources))
+    if evaluate:
+        prediction = Prediction(instance.instance_id, solved.result.patch, config.llm.model)
+        verdict, _ = grade(instance, prediction, layout, sources=sources, settings=config.runtime,
+                           rerun=True)
+        solved.graded = {"resolved": verdict.resolved, "outcome": verdict.outcome, "edit": verdict.edit}
+    append_prediction(layout.predictions, instance.instance_id, solved.result.patch, config.llm.model,
+                      **solved.row())
+    return solved
+
+
+def solve_local(row: dict, config: Config, layout: RunLayout) -> Solved:
+    """A local task (`batch --tasks`): the agent on a temporary checkout of `repo_path`, no container."""
+    from environments.local import LocalRuntime
+
+    task = Task(row["instance_id"], row["problem_statement"], repo=row.get("repo", ""),
+                test_command=row.get("test_command"))
+    with LocalRuntime(row["repo_path"], row.get("base_commit")) as runtime:
+        solved = Solved(run_task(task, runtime, config, run_dir=layout.trajectory_dir(task.instance_id)))
+    append_prediction(layout.predictions, task.instance_id, solved.result.patch, config.llm.model, **solved.row())
+    return solved
+
+
+def load_local_tasks(path: Path) -> list[dict]:
+    """The rows of a `batch --tasks` JSONL file; UsageError naming the first bad line."""
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            for key in ("instance_id", "problem_statement", "repo_path"):
+                if not isinstance(row.get(key), str):
+                    raise KeyError(key)
+        except (json.JSONDecodeError, KeyError, AttributeError) as exc:
+            raise UsageError(f"{path}:{number}: expected a JSON object with instance_id, problem_statement and "
+                             f"repo_path (optional base_commit, test_command); problem: {exc}") from None
+        rows.append(row)
+    return rows

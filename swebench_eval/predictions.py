@@ -1,0 +1,102 @@
+"""preds.jsonl in SWE-bench's shape, appended safely by many workers and processes.
+
+Each prediction is one line written under an exclusive file lock, flushed and fsynced before the lock is released,
+so a killed batch leaves only whole lines; a torn line (power loss mid-write) is skipped with a warning when the file
+is read back. Ids already present are what a resumed batch skips; `pinpoint eval` reads the same file the same way.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from swebench_eval.datasets import DatasetError, Instance
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    lock_path = path.with_name(path.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    instance_id: str
+    model_patch: str | None
+    model_name_or_path: str
+
+
+def _entries(path: Path) -> Iterator[tuple[str, object]]:
+    """(where, item) per prediction: JSONL lines (a line that is not JSON is a torn write: skipped, said so), or a
+    JSON list / {id: prediction} map."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".jsonl":
+        data = json.loads(text)
+        yield from ((f"{path} entry {i}", item) for i, item in enumerate(
+            data.values() if isinstance(data, dict) else data, 1))
+        return
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield f"{path} line {number}", json.loads(line)
+        except json.JSONDecodeError:
+            print(f"pinpoint: {path}:{number}: skipping an unreadable prediction line", file=sys.stderr)
+
+
+def read_predictions(path: str | Path) -> dict[str, Prediction]:
+    """instance_id -> prediction, the last entry for an id winning; an entry that is JSON but not a prediction
+    raises DatasetError naming it. A missing file has no predictions."""
+    path = Path(path)
+    predictions: dict[str, Prediction] = {}
+    if not path.exists():
+        return predictions
+    for where, item in _entries(path):
+        if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
+            raise DatasetError(f"{where}: a prediction needs a string 'instance_id'")
+        patch = item.get("model_patch")
+        if patch is not None and not isinstance(patch, str):
+            raise DatasetError(f"{where} ({item['instance_id']}): 'model_patch' must be a string or null")
+        predictions[item["instance_id"]] = Prediction(item["instance_id"], patch,
+                                                      str(item.get("model_name_or_path") or "unknown"))
+    return predictions
+
+
+def gold_predictions(instances: Iterable[Instance]) -> dict[str, Prediction]:
+    return {i.instance_id: Prediction(i.instance_id, i.patch, "gold") for i in instances}
+
+
+def empty_predictions(instances: Iterable[Instance]) -> dict[str, Prediction]:
+    return {i.instance_id: Prediction(i.instance_id, "", "empty") for i in instances}
+
+
+def append_prediction(path: str | Path, instance_id: str, patch: str, model: str, **extra) -> None:
+    """Append one prediction line atomically with respect to other writers; durable when this returns."""
+    path = Path(path)
+    row = {"instance_id": instance_id, "model_name_or_path": model, "model_patch": patch, **extra}
+    data = (json.dumps(row) + "\n").encode()
+    with _locked(path):
+        # a torn last line from a crash must not glue onto ours
+        if path.exists() and path.stat().st_size:
+            with open(path, "rb") as handle:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    data = b"\n" + data
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
