@@ -70,3 +70,33 @@ def test_bad_config_stops_before_any_work(tmp_path, capsys):
     assert code == 2
     assert "search.k" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# -- `pinpoint run` refuses what it cannot do, in one line, before building anything ---------------------------------
+def _one_line_refusal(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_run_refuses_an_instance_without_a_repository_source(capsys):
+    err = _one_line_refusal(capsys, ["run", "astropy__astropy-12907"])
+    assert err.startswith("pinpoint run: ") and "no offline source for astropy/astropy" in err
+
+
+def test_run_refuses_an_instance_without_an_environment_spec(tmp_path, capsys):
+    from swebench_eval.datasets import load_instances
+
+    row = load_instances(ids=["psf__requests-1142"])[0].to_row()
+    row["version"] = "99.9"
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(json.dumps(row) + "\n")
+    err = _one_line_refusal(capsys, ["run", "psf__requests-1142", "--dataset", str(dataset)])
+    assert "SpecError" in err and "no environment spec for psf/requests version '99.9'" in err
+
+
+def test_run_without_a_docker_engine_says_how_to_start_one(monkeypatch, capsys):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    err = _one_line_refusal(capsys, ["run", "psf__requests-1142"])
+    assert "EngineUnavailable" in err and "pinpoint env up" in err

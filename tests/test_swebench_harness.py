@@ -316,3 +316,14 @@ def test_fidelity_table_counts_per_repo_and_names_every_miss(tmp_path, requests_
     table, misses = fidelity_table([requests_instance, other], tmp_path / "gold", tmp_path / "empty")
     assert "| psf/requests | 2 | 2 | 2 | 1 | 0 | 1 | 1 |" in table
     assert misses == [f"{REQUESTS_ID}: empty resolved", "psf__requests-1142: gold no_test_output"]
+
+
+def test_agent_and_grader_boxes_take_the_same_cpus_from_the_spec_unless_configured():
+    from environments.runtime import RuntimeSettings
+    from swebench_eval.runtime import instance_cpus
+    from swebench_eval.specs import spec_for
+
+    for instance in load_instances(repos=["pylint-dev/pylint", "psf/requests"]):
+        expected = spec_for(instance).get("nano_cpus", 1_000_000_000) / 1e9
+        assert instance_cpus(instance, RuntimeSettings()) == expected
+        assert instance_cpus(instance, RuntimeSettings(cpus=3.0)) == 3.0
