@@ -58,12 +58,19 @@ def test_feedback(output: str, limit: int = 3000) -> str:
     return output if len(output) <= limit else "…" + output[-limit:]
 
 
-def revision_prompt(problem: str, path: str, code: str, line: int, original: str, feedback: str) -> str:
-    """FLARE: one revision of one suspicious line, given the task, the code and the execution feedback."""
+def _failing_code(problem: str, path: str, code: str, feedback: str) -> str:
+    """What FLARE's revisions and BESTER's reflections both start from: the task, the numbered code, its failure."""
     return (
         f"Problem:\n{problem.strip()}\n\nCode from {path} (line numbers on the left):\n{code}\n\n"
         f"Test feedback:\n{test_feedback(feedback)}\n\n"
-        f"Line {line} is suspicious:\n{original}\n\n"
+    )
+
+
+def revision_prompt(problem: str, path: str, code: str, line: int, original: str, feedback: str) -> str:
+    """FLARE: one revision of one suspicious line, given the task, the code and the execution feedback."""
+    return (
+        _failing_code(problem, path, code, feedback)
+        + f"Line {line} is suspicious:\n{original}\n\n"
         f"Rewrite line {line} so the code is correct. Reply with only the new code for line {line} (one or a few "
         "lines, same indentation) in a single ```python block. Change nothing else."
     )
@@ -72,9 +79,8 @@ def revision_prompt(problem: str, path: str, code: str, line: int, original: str
 def reflection_prompt(problem: str, path: str, code: str, feedback: str) -> str:
     """BESTER: a self-reflection on why the current program fails."""
     return (
-        f"Problem:\n{problem.strip()}\n\nCode from {path} (line numbers on the left):\n{code}\n\n"
-        f"Test feedback:\n{test_feedback(feedback)}\n\n"
-        "In two or three sentences, explain what is wrong in this code and how to fix it. Do not write code."
+        _failing_code(problem, path, code, feedback)
+        + "In two or three sentences, explain what is wrong in this code and how to fix it. Do not write code."
     )
 
 

@@ -12,7 +12,7 @@ import ast
 import difflib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from agent import prompts
@@ -46,6 +46,10 @@ class SearchResult:
     best: Node
     improved: bool
     candidates: list[dict] = field(default_factory=list)
+
+
+#: expand(level, node) -> the candidates of one search level, each evaluated (None: one that could not be)
+Expand = Callable[[int, Node], Iterator[Node | None]]
 
 
 def extract_code(reply: str) -> str | None:
@@ -149,17 +153,27 @@ class CandidateRunner:
         return Node(patch, outcome)
 
 
-def _best(nodes: list[Node]) -> Node | None:
-    return max(nodes, key=lambda n: n.outcome.key(), default=None)
+def _climb(start: Node, levels: int, expand: Expand, records: list[dict]) -> SearchResult:
+    """The best-first loop FLARE and BESTER share: per level, expand the node; move to its best child only if that
+    beats it, and go on only while the new node still fails."""
+    node = start
+    for level in range(1, levels + 1):
+        best = max((child for child in expand(level, node) if child is not None), key=lambda n: n.outcome.key(),
+                   default=None)
+        if best is None or best.outcome.key() <= node.outcome.key():
+            break
+        node = best
+        if node.outcome.ok:
+            break
+    return SearchResult(node, node is not start, records)
 
 
 def flare_refine(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], *,
                  test_command: str, timeout: float, k: int, rounds: int, context: int) -> SearchResult:
     """FLARE: per round, one revision per top-k suspicious line; keep the best; stop on a pass or no progress."""
     runner = CandidateRunner(runtime, test_command, timeout, "flare")
-    node = start
-    for round_no in range(1, rounds + 1):
-        children = []
+
+    def revisions(round_no: int, node: Node) -> Iterator[Node | None]:
         for path, line, _suspect in top_lines(suspects, k):
             text = runner.file_at(node.patch, path)
             if text is None or not 1 <= line <= len(text.splitlines()):
@@ -170,51 +184,30 @@ def flare_refine(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects
             reply = ask(prompts.revision_prompt(problem, path, numbered(window, lo), line, original,
                                                 node.outcome.output), f"flare round {round_no} {path}:{line}", False)
             revision = line_revision(extract_code(reply), original, window)
-            child = runner.evaluate(node, path, line, line, revision, round=round_no)
-            if child is not None:
-                children.append(child)
-        node, improving = _step(node, children)
-        if not improving:
-            break
-    return SearchResult(node, node is not start, runner.records)
+            yield runner.evaluate(node, path, line, line, revision, round=round_no)
 
-
-def _step(node: Node, children: list[Node]) -> tuple[Node, bool]:
-    """One best-first step shared by FLARE and BESTER: move to the best child only if it beats `node`, and keep
-    searching only while the new node still fails."""
-    best = _best(children)
-    if best is None or best.outcome.key() <= node.outcome.key():
-        return node, False
-    return best, not best.outcome.ok
+    return _climb(start, rounds, revisions, runner.records)
 
 
 def bester_search(ask: Ask, runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], *,
                   test_command: str, timeout: float, reflections: int, depth: int, context: int) -> SearchResult:
     """BESTER: n self-reflections per node, one repair each; expand the best child, to `depth`."""
     runner = CandidateRunner(runtime, test_command, timeout, "bester")
-    node = start
     target = next(((s.path, s.start_line) for s in suspects), None)
-    for level in range(1, depth + 1):
-        if target is None:
-            break
+
+    def repairs(level: int, node: Node) -> Iterator[Node | None]:
+        if target is None or (text := runner.file_at(node.patch, target[0])) is None:
+            return
         path, line = target
-        text = runner.file_at(node.patch, path)
-        if text is None:
-            break
         lo, hi = context_window(text, min(line, len(text.splitlines()) or 1), context)
         hi = min(hi, lo + MAX_REGION_LINES - 1)
         window = text.splitlines()[lo - 1 : hi]
         code, region = numbered(window, lo), "\n".join(window)
-        children = []
         for i in range(reflections):
             reflection = ask(prompts.reflection_prompt(problem, path, code, node.outcome.output),
                              f"bester depth {level} reflection {i + 1}", True)
             reply = ask(prompts.repair_prompt(problem, path, region, lo, hi, reflection),
                         f"bester depth {level} repair {i + 1}", False)
-            child = runner.evaluate(node, path, lo, hi, extract_code(reply), depth=level, reflection=reflection)
-            if child is not None:
-                children.append(child)
-        node, improving = _step(node, children)
-        if not improving:
-            break
-    return SearchResult(node, node is not start, runner.records)
+            yield runner.evaluate(node, path, lo, hi, extract_code(reply), depth=level, reflection=reflection)
+
+    return _climb(start, depth, repairs, runner.records)
