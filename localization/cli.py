@@ -18,6 +18,8 @@ from environments.errors import UsageError
 TRAIN_HELP = "train the FLARE diagnostic model (CPU; scores are cached)"
 LINES_HELP = "top-1/3/10 line accuracy vs baselines on held-out bugs"
 SPEED_HELP = "diagnostic inference time on a 500-line file vs a test run"
+LOCALIZE_HELP = ("every signal alone and fused on SWE-bench rows (issue text; + oracle failing tests in the "
+                 "instance container): file/function/line hits vs BM25 and grep")
 RETRIEVAL_HELP = "issue-text retrieval on SWE-bench rows: file Acc@k and line Hit@k vs grep"
 
 
@@ -29,7 +31,8 @@ def register(subparsers) -> None:
     for group, name, help_text, add in ((train, "diagnostic", TRAIN_HELP, _train_args),
                                         (bench, "lines", LINES_HELP, _lines_args),
                                         (bench, "diagnostic", SPEED_HELP, _speed_args),
-                                        (bench, "retrieval", RETRIEVAL_HELP, _retrieval_args)):
+                                        (bench, "retrieval", RETRIEVAL_HELP, _retrieval_args),
+                                        (bench, "localize", LOCALIZE_HELP, _localize_args)):
         add(group.add_parser(name, help=help_text))
     for old, new, add in (("train-diagnostic", "train diagnostic", _train_args),
                           ("eval-localization", "bench lines", _lines_args),
@@ -108,6 +111,44 @@ def _retrieval(args) -> int:
     print(format_table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def _localize_args(p: argparse.ArgumentParser) -> None:
+    from swebench_eval.cli import dataset_args
+
+    dataset_args(p)
+    p.add_argument("--limit", type=int, help="at most this many rows")
+    p.add_argument("--every", type=int, help="take every N-th row (a sample across repositories)")
+    p.add_argument("--settings", default="issue,oracle", help="issue, oracle, or both (default)")
+    p.add_argument("--budget", type=float, default=300.0, help="seconds for each traced test run (default 300)")
+    p.add_argument("--cache", type=Path, help="per-row results (default <cache>/bench-localize); a run resumes")
+    p.add_argument("--json", type=Path, help="also write every row and the totals here")
+    p.set_defaults(func=_localize)
+
+
+def _localize(args) -> int:
+    from environments import paths
+    from localization import localize_bench as bench
+    from swebench_eval.cli import selection_from_args
+
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    if not settings or set(settings) - set(bench.SETTINGS):
+        raise UsageError(f"--settings {args.settings!r}: expected issue, oracle or issue,oracle")
+    instances = selection_from_args(args).instances
+    if not instances:
+        raise UsageError("no SWE-bench rows with an offline repository source (see --repos-dir)")
+    cache = args.cache or paths.cache_dir() / "bench-localize"
+    compute = {"issue": bench.issue_row, "oracle": lambda i: bench.oracle_row(i, args.budget)}
+    report = {}
+    for setting in settings:
+        rows = bench.cached_rows(instances, setting, cache, bench.guarded(compute[setting]), log=_log)
+        print(bench.format_table(setting, rows))
+        print(bench.per_repo(rows))
+        report[setting] = {"rows": rows, "totals": bench.totals(rows)}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
     return 0
 
 

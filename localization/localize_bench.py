@@ -1,0 +1,243 @@
+"""`pinpoint bench localize`: every localization signal, alone and fused, on SWE-bench rows, at file, function and
+line level, beside BM25 and grep baselines measured in the same run.
+
+Two settings per row:
+- `issue`: the problem statement only, on a checkout of the base commit (retrieval, lexical = the grep baseline,
+  bm25 = the BM25 baseline, fused);
+- `oracle`: plus the instance's FAIL_TO_PASS tests as failing tests, run in the instance's own container with its
+  test patch applied (traceback, spectrum, ldb, fused over everything).
+
+Metrics against the reference patch: file Acc@k (a gold file in the top k), function Acc@k (a function the patch
+touches in the top k), line Hit@k (a gold line in the top k lines; an insertion counts at the line it goes before),
+all gold files in the top 5, seconds. Each row's result is cached as one JSON file, so a run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from localization.blocks import innermost_function
+from localization.data import patch_gold_lines
+from localization.execution import Sources
+from localization.fusion import reciprocal_rank_fusion, top_lines
+from localization.retrieval import is_test_path
+from localization.suspects import Suspect
+
+FILE_KS, FUNCTION_KS, LINE_KS = (1, 3, 5), (1, 5, 10), (1, 5, 10)
+SETTINGS = ("issue", "oracle")
+#: signals the agent fuses in each setting (the baselines are measured, not fused)
+FUSED = {"issue": ("retrieval", "lexical", "bm25"),
+         "oracle": ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb")}
+
+
+@dataclass(frozen=True)
+class Gold:
+    """Where the reference patch changes the code: files, lines, and the functions those lines are in."""
+
+    lines: dict[str, set[int]]
+    functions: frozenset[tuple[str, str]]
+
+    @property
+    def files(self) -> set[str]:
+        return set(self.lines)
+
+
+def gold_of(patch: str, sources: Sources) -> Gold:
+    """The gold locations, with functions read from the base commit's files through `sources`."""
+    lines = {p: ls for p, ls in patch_gold_lines(patch).items() if not is_test_path(p)}
+    functions = set()
+    for path, numbers in lines.items():
+        spans = sources.functions(path)
+        for n in numbers:
+            span = innermost_function(spans, n)
+            functions.add((path, span.qualname if span else "<module>"))
+    return Gold(lines, frozenset(functions))
+
+
+def ranked_views(suspects: Sequence[Suspect], sources: Sources) -> tuple[list[str], list[tuple[str, str]], list]:
+    """A ranked suspect list read three ways: files, functions (each span's innermost function), lines."""
+    code = [s for s in suspects if not is_test_path(s.path)]
+    files = list(dict.fromkeys(s.path for s in code))
+    functions: list[tuple[str, str]] = []
+    for s in code:
+        if s.end_line - s.start_line >= 80 and s.start_line == 1:  # a whole file names no function
+            continue
+        span = innermost_function(sources.functions(s.path), s.start_line)
+        key = (s.path, span.qualname if span else "<module>")
+        if key not in functions:
+            functions.append(key)
+    lines = [(p, n) for p, n, _ in top_lines(code, max(LINE_KS))]
+    return files, functions, lines
+
+
+def score(views: tuple[list[str], list[tuple[str, str]], list], gold: Gold) -> dict[str, bool]:
+    """Hits at every cut-off for one ranking."""
+    files, functions, lines = views
+    hits = {f"file@{k}": bool(set(files[:k]) & gold.files) for k in FILE_KS}
+    hits.update({f"function@{k}": bool(set(functions[:k]) & gold.functions) for k in FUNCTION_KS})
+    hits.update({f"line@{k}": any(n in gold.lines.get(p, ()) for p, n in lines[:k]) for k in LINE_KS})
+    hits["all_files@5"] = bool(gold.files) and gold.files <= set(files[:5])
+    return hits
+
+
+def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, sources: Sources) -> dict:
+    """Per-signal hits, and the fused ranking's (reciprocal rank over the setting's signals)."""
+    fused = reciprocal_rank_fusion({n: s for n, s in signals.items() if n in FUSED[setting] and s})
+    ranked = {**signals, "fused": fused}
+    return {name: {**score(ranked_views(s, sources), gold), "top_files": ranked_views(s, sources)[0][:5]}
+            for name, s in ranked.items()}
+
+
+def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callable, log=print) -> list[dict]:
+    """Each row's result from `cache` when there, else `compute(instance)` written there first."""
+    folder = cache / setting
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for instance in instances:
+        path = folder / f"{instance.instance_id}.json"
+        if path.exists():
+            rows.append(json.loads(path.read_text()))
+            continue
+        started = time.monotonic()
+        row = compute(instance)
+        row.update(instance_id=instance.instance_id, repo=instance.repo, setting=setting,
+                   seconds=round(time.monotonic() - started, 1))
+        path.write_text(json.dumps(row, indent=1))
+        rows.append(row)
+        log(f"{instance.instance_id} [{setting}]: " + _headline(row))
+    return rows
+
+
+def _headline(row: dict) -> str:
+    if row.get("error"):
+        return f"error: {row['error'][:160]}"
+    fused = row["signals"]["fused"]
+    return (f"fused file@1 {fused['file@1']!s:5} function@5 {fused['function@5']!s:5} "
+            f"line@10 {fused['line@10']!s:5} ({row['seconds']}s)")
+
+
+# -- the two settings --------------------------------------------------------------------------------------------
+def issue_signals(runtime, problem: str) -> dict[str, list[Suspect]]:
+    """The issue-text signals and the BM25 baseline, on any runtime holding the base commit."""
+    from localization.bm25 import Bm25Localizer
+    from localization.retrieval import LexicalLocalizer, RetrievalLocalizer
+    from localization.suspects import LocalizationRequest
+
+    request = LocalizationRequest(problem_statement=problem)
+    return {"retrieval": RetrievalLocalizer(runtime).localize(request),
+            "lexical": LexicalLocalizer(runtime).localize(request),
+            "bm25": Bm25Localizer(runtime).localize(request)}
+
+
+def issue_row(instance) -> dict:
+    """The `issue` setting on a local checkout of the base commit (no container needed)."""
+    from environments.local import LocalRuntime
+    from environments.repo_image import extract_shared_repo
+
+    with LocalRuntime(extract_shared_repo(instance.owner_name), instance.base_commit) as runtime:
+        sources = Sources(runtime)
+        gold = gold_of(instance.patch, sources)
+        signals = issue_signals(runtime, instance.problem_statement)
+        return {"gold_files": sorted(gold.files), "signals": evaluate_row(signals, "issue", gold, sources)}
+
+
+def failure_text(evidence) -> str:
+    """The failing tests' deepest frames and messages as traceback text, for the `traceback` signal."""
+    parts = []
+    for test in evidence.failing:
+        parts.append(f"{test.nodeid} {test.outcome}\nTraceback (most recent call last):")
+        parts.extend(f'  File "{f.path}", line {f.line}, in {f.function}' for f in test.frames)
+        parts.append(test.message[-1500:])
+    return "\n".join(parts)
+
+
+def execution_signals(runtime, failing: list[str], passing: list[str], budget_s: float) -> tuple[dict, dict]:
+    """`traceback`, `spectrum` and `ldb` from the failing tests in `runtime`, and what the runs cost."""
+    from localization.execution import SpectrumLocalizer, collect_spectrum
+    from localization.ldb import LdbLocalizer, collect_block_traces, trace_targets
+    from localization.retrieval import RetrievalLocalizer
+    from localization.suspects import LocalizationRequest
+
+    started = time.monotonic()
+    evidence = collect_spectrum(runtime, failing, passing, budget_s=budget_s)
+    spectrum_s = time.monotonic() - started
+    sources = Sources(runtime)
+    targets = trace_targets(evidence, sources)
+    traces = collect_block_traces(runtime, evidence, targets, budget_s=budget_s) if targets else evidence
+    request = LocalizationRequest(test_output=failure_text(evidence))
+    signals = {"traceback": RetrievalLocalizer(runtime, "tests").localize(request),
+               "spectrum": SpectrumLocalizer(evidence, runtime).localize(request),
+               "ldb": LdbLocalizer(traces).localize(request) if targets else []}
+    cost = {"spectrum_seconds": round(spectrum_s, 1), "ldb_seconds": round(time.monotonic() - started - spectrum_s, 1),
+            "failing_test_seconds": round(sum(t.duration_s for t in evidence.failing), 2),
+            "traced": evidence.summary(), "failing_failed": len(evidence.failing), "failing_given": len(failing)}
+    return signals, cost
+
+
+def oracle_row(instance, budget_s: float = 300.0) -> dict:
+    """The `oracle` setting in the instance's container with its test patch applied."""
+    from swebench_eval.oracle import apply_test_patch, oracle_tests
+    from swebench_eval.runtime import runtime_for
+
+    runtime, _ = runtime_for(instance)
+    with runtime:
+        apply_test_patch(runtime, instance)
+        tests = oracle_tests(runtime, instance)
+        sources = Sources(runtime)
+        gold = gold_of(instance.patch, sources)
+        signals = issue_signals(runtime, instance.problem_statement)
+        execution, cost = execution_signals(runtime, tests.failing, tests.passing, budget_s)
+        signals.update(execution)
+        return {"gold_files": sorted(gold.files), "cost": cost,
+                "signals": evaluate_row(signals, "oracle", gold, sources)}
+
+
+def guarded(compute: Callable[[object], dict]) -> Callable[[object], dict]:
+    """A row that cannot be computed (no image, a test patch that does not apply) is a row with an error."""
+    def run(instance) -> dict:
+        try:
+            return compute(instance)
+        except Exception as exc:  # one broken row must not stop the benchmark; it is counted apart
+            return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+    return run
+
+
+# -- the table ---------------------------------------------------------------------------------------------------
+METRICS = (*(f"file@{k}" for k in FILE_KS), *(f"function@{k}" for k in FUNCTION_KS),
+           *(f"line@{k}" for k in LINE_KS), "all_files@5")
+
+
+def totals(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Mean hit rate per signal and metric over the rows that ran (errors left out)."""
+    good = [r for r in rows if not r.get("error")]
+    names = list(dict.fromkeys(n for r in good for n in r["signals"]))
+    return {n: {m: sum(bool(r["signals"].get(n, {}).get(m)) for r in good) / max(1, len(good)) for m in METRICS}
+            for n in names}
+
+
+def format_table(setting: str, rows: list[dict]) -> str:
+    good = [r for r in rows if not r.get("error")]
+    table = totals(rows)
+    seconds = sum(r["seconds"] for r in good) / max(1, len(good))
+    head = (f"setting {setting}: {len(good)} rows ({len(rows) - len(good)} errors), {seconds:.1f} s per row; "
+            "baselines: lexical = grep, bm25 = BM25 over file contents")
+    lines = [head, f"{'signal':<11}" + "".join(f"{m:>13}" for m in METRICS)]
+    for name, values in table.items():
+        lines.append(f"{name:<11}" + "".join(f"{values[m]:>13.2f}" for m in METRICS))
+    return "\n".join(lines)
+
+
+def per_repo(rows: list[dict], signal: str = "fused") -> str:
+    """The fused ranking's headline metrics per repository."""
+    repos = sorted({r["repo"] for r in rows if not r.get("error")})
+    lines = [f"{'repo':<22}{'n':>4}" + "".join(f"{m:>13}" for m in ("file@1", "file@5", "function@5", "line@10"))]
+    for repo in repos:
+        mine = [r for r in rows if r["repo"] == repo and not r.get("error")]
+        values = totals(mine).get(signal, {})
+        lines.append(f"{repo:<22}{len(mine):>4}" + "".join(f"{values.get(m, 0):>13.2f}"
+                                                           for m in ("file@1", "file@5", "function@5", "line@10")))
+    return "\n".join(lines)
