@@ -220,7 +220,7 @@ def _yields(node: ast.stmt) -> bool:
 
 
 def _find(tree: ast.Module, name: str | None, line: int | None) -> tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    candidates = [(q, f) for q, f in _functions(tree) if name is None or name in (q, f.name)]
+    candidates = [(q, f) for q, f in _functions(tree) if name is None or q == name or q.endswith("." + name)]
     if line is not None:
         candidates = [(q, f) for q, f in candidates if _start(f) <= line <= _end(f)]
         candidates.sort(key=lambda qf: _end(qf[1]) - _start(qf[1]))  # innermost first
@@ -231,7 +231,8 @@ def _find(tree: ast.Module, name: str | None, line: int | None) -> tuple[str, as
 
 
 def function_blocks(source: str, name: str | None = None, line: int | None = None, path: str = "") -> FunctionBlocks:
-    """The basic blocks of the function named `name` (plain or qualified: `Class.method`) or holding `line`.
+    """The basic blocks of the function named `name` (its qualified name or a dotted tail of it: `method`,
+    `Class.method`) or holding `line`.
 
     With both, the innermost function of that name holding the line. Raises LookupError when none matches."""
     qualname, func = _find(ast.parse(source), name, line)

@@ -43,11 +43,13 @@ class Frame:
 
 @dataclass(frozen=True)
 class BlockStep:
-    """The locals (reprs) after one executed block; `returned` when the call returned from it."""
+    """The locals (reprs) after one executed block, the names it set or changed, and `returned` when the call
+    returned from it."""
 
     block: int
     state: dict[str, str]
     returned: str | None = None
+    changed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class FunctionTrace:
 
 
 @dataclass(frozen=True)
-class TestRun:
+class TracedTest:
     nodeid: str
     outcome: str
     message: str = ""
@@ -92,9 +94,13 @@ class TestRun:
 @dataclass
 class ExecutionEvidence:
     """What one traced run of tests produced. `status`: finished, error (the runner or pytest stopped; `error` says
-    why), or killed (the whole run passed its time limit; the tests that finished are kept)."""
+    why), or killed (the whole run passed its time limit; the tests that finished are kept).
 
-    tests: list[TestRun]
+    With `expected_failing` set, only those tests count as failing runs: a test sampled as passing that fails here
+    (one that needs the network, say) fails for reasons of its own, not the bug's, and is left out of the spectrum
+    (`unexpected_failures`)."""
+
+    tests: list[TracedTest]
     status: str
     error: str = ""
     python: str = ""
@@ -103,13 +109,22 @@ class ExecutionEvidence:
     log_tail: str = ""
     requested: list[str] = field(default_factory=list)
     functions: dict[str, FunctionBlocks] = field(default_factory=dict)
+    expected_failing: list[str] | None = None
+
+    def _expected(self, test: TracedTest) -> bool:
+        wanted = self.expected_failing
+        return wanted is None or any(test.nodeid == w or test.nodeid.startswith(w) for w in wanted)
 
     @property
-    def failing(self) -> list[TestRun]:
-        return [t for t in self.tests if t.failed]
+    def failing(self) -> list[TracedTest]:
+        return [t for t in self.tests if t.failed and self._expected(t)]
 
     @property
-    def passing(self) -> list[TestRun]:
+    def unexpected_failures(self) -> list[TracedTest]:
+        return [t for t in self.tests if t.failed and not self._expected(t)]
+
+    @property
+    def passing(self) -> list[TracedTest]:
         return [t for t in self.tests if t.passed]
 
     def outcome(self, nodeid: str) -> str | None:
@@ -131,6 +146,7 @@ def run_traced(
     tests: Sequence[str],
     *,
     targets: Sequence[FunctionBlocks] = (),
+    failing: Sequence[str] | None = None,
     budget_s: float = 300.0,
     per_test_timeout: float = 60.0,
     python: str = DEFAULT_PYTHON,
@@ -138,7 +154,7 @@ def run_traced(
     env: dict[str, str] | None = None,
 ) -> ExecutionEvidence:
     """Run pytest ids in `runtime` under the trace runner; never writes into the repository (all of it goes to a
-    fresh folder under /tmp, removed afterwards)."""
+    fresh folder under /tmp, removed afterwards). `failing`: the tests expected to fail (see ExecutionEvidence)."""
     folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
     options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
                "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
@@ -156,6 +172,7 @@ def run_traced(
     runtime.run(f"rm -rf {shlex.quote(folder)}", timeout=60)
     evidence = parse_results(raw, requested=list(tests), log_tail=result.output[-3000:])
     evidence.functions = {t.key: t for t in targets}
+    evidence.expected_failing = list(failing) if failing is not None else None
     if result.timed_out:
         evidence.status = "killed"
         evidence.error = f"the traced run passed its limit of {budget_s + per_test_timeout + 60.0:g}s"
@@ -183,15 +200,16 @@ def parse_results(raw: str, requested: list[str], log_tail: str = "") -> Executi
     return evidence
 
 
-def _test_run(record: dict) -> TestRun:
+def _test_run(record: dict) -> TracedTest:
     blocks = {}
     for key, raw in (record.get("blocks") or {}).items():
         traces = tuple(
-            CallTrace(c["call"], tuple(BlockStep(s["block"], dict(s.get("state", {})), s.get("return"))
-                                       for s in c.get("steps", [])), c.get("omitted", 0), c.get("raised"))
+            CallTrace(c["call"], tuple(BlockStep(s["block"], dict(s.get("state", {})), s.get("return"),
+                                                 tuple(s.get("changed", ()))) for s in c.get("steps", [])),
+                      c.get("omitted", 0), c.get("raised"))
             for c in raw.get("traces", []))
         blocks[key] = FunctionTrace(raw.get("calls", 0), frozenset(raw.get("executed", [])), traces)
-    return TestRun(
+    return TracedTest(
         nodeid=record["nodeid"], outcome=record.get("outcome", "error"), message=record.get("message", ""),
         duration_s=float(record.get("duration_s", 0.0)),
         lines={path: frozenset(lines) for path, lines in (record.get("lines") or {}).items()},
@@ -204,7 +222,7 @@ def _mark_missing(evidence: ExecutionEvidence) -> None:
     why = evidence.error or "the trace runner stopped before it"
     for nodeid in evidence.requested:
         if nodeid not in seen and not any(s.startswith(nodeid) for s in seen):
-            evidence.tests.append(TestRun(nodeid, "not_run", message=why))
+            evidence.tests.append(TracedTest(nodeid, "not_run", message=why))
 
 
 def sample_passing(failing: Sequence[str], passing: Iterable[str], limit: int = 40) -> list[str]:
@@ -215,16 +233,34 @@ def sample_passing(failing: Sequence[str], passing: Iterable[str], limit: int = 
     candidates = sorted({t for t in passing if t not in failing_set})
     same = [t for t in candidates if t.split("::", 1)[0] in files]
     other = [t for t in candidates if t.split("::", 1)[0] not in files]
-    chosen = _spread(same, limit)
-    return chosen + _spread(other, limit - len(chosen))
+    chosen = spread_evenly(same, limit)
+    return chosen + spread_evenly(other, limit - len(chosen))
 
 
-def _spread(items: list[str], k: int) -> list[str]:
+def spread_evenly(items: list[str], k: int) -> list[str]:
+    """`k` of `items` at even intervals, in order."""
     if k <= 0:
         return []
     if len(items) <= k:
         return list(items)
     return [items[i * len(items) // k] for i in range(k)]
+
+
+def qualify_test_ids(names: Sequence[str], files: dict[str, str]) -> list[str]:
+    """pytest ids for bare test names (sympy's FAIL_TO_PASS lists `test_issue_123`): `file::name` or
+    `file::Class::name`, looked up in `files` (path -> text, e.g. the test patch's files); other ids pass as given."""
+    where: dict[str, str] = {}
+    for path, text in files.items():
+        for span in _spans_or_none(text):
+            where.setdefault(span.name, f"{path}::{span.qualname.replace('.', '::')}")
+    return [name if "::" in name or "/" in name else where.get(name, name) for name in names]
+
+
+def _spans_or_none(text: str) -> list[FunctionSpan]:
+    try:
+        return function_spans(text)
+    except SyntaxError:
+        return []
 
 
 def collect_spectrum(
@@ -241,7 +277,7 @@ def collect_spectrum(
     """Run the failing tests and a bounded sample of the passing ones with per-test coverage (failing tests first,
     so a budget that runs out still leaves them)."""
     tests = list(dict.fromkeys(failing)) + sample_passing(failing, passing, max_passing)
-    return run_traced(runtime, tests, budget_s=budget_s, per_test_timeout=per_test_timeout, python=python,
+    return run_traced(runtime, tests, failing=failing, budget_s=budget_s, per_test_timeout=per_test_timeout, python=python,
                       pytest_args=pytest_args)
 
 
@@ -340,10 +376,7 @@ class Sources:
 
     def functions(self, path: str) -> list[FunctionSpan]:
         if path not in self.spans:
-            try:
-                self.spans[path] = function_spans(self.text(path) or "")
-            except SyntaxError:
-                self.spans[path] = []
+            self.spans[path] = _spans_or_none(self.text(path) or "")
         return self.spans[path]
 
 

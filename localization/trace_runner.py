@@ -86,14 +86,18 @@ class Recorder:
         call = {"call": self.calls, "steps": [], "tail": collections.deque(maxlen=self.keep), "omitted": 0}
         self.calls += 1
         current = [None]
+        before = [{}]
 
         def step(frame, extra):
-            block = current[0]
             if self.snapshots >= self.max_snapshots:
                 call["omitted"] += 1
                 return
             self.snapshots += 1
-            record = {"block": block, "line": frame.f_lineno, "state": self.state(frame)}
+            state = self.state(frame)
+            # what this block changed, against the step before it (kept or not: truncation must not invent changes)
+            changed = [name for name, value in state.items() if before[0].get(name) != value]
+            before[0] = state
+            record = {"block": current[0], "state": state, "changed": changed}
             record.update(extra)
             if len(call["steps"]) < self.keep:
                 call["steps"].append(record)
@@ -240,15 +244,19 @@ class Plugin:
             self.sink.write({"kind": "collect_error", "nodeid": report.nodeid, "message": message})
 
     def pytest_collection_modifyitems(self, session, config, items):
-        exact = set(self.wanted)
-        keep = [item for item in items if item.nodeid in exact]
-        matched = {item.nodeid for item in keep}
-        prefixes = [w for w in self.wanted if w not in matched]  # a class id, or an id SWE-bench shortened
-        if prefixes:
-            keep += [i for i in items if i.nodeid not in matched and any(i.nodeid.startswith(p) for p in prefixes)]
-        chosen = {id(item) for item in keep}
-        deselected = [item for item in items if id(item) not in chosen]
-        items[:] = [item for item in items if id(item) in chosen]
+        """Keep the requested tests, in the order requested (failing ones first survive a short budget)."""
+        order = {w: i for i, w in reversed(list(enumerate(self.wanted)))}
+        prefixes = [w for w in self.wanted if w not in {item.nodeid for item in items}]  # a class id, a cut id
+        rank = {}
+        for item in items:
+            matches = [order[item.nodeid]] if item.nodeid in order else [
+                order[p] for p in prefixes if item.nodeid.startswith(p)]
+            if matches:
+                rank[id(item)] = min(matches)
+        deselected = [item for item in items if id(item) not in rank]
+        items[:] = sorted((item for item in items if id(item) in rank), key=lambda item: rank[id(item)])
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
         self.collected = True
         if deselected:
             config.hook.pytest_deselected(items=deselected)
@@ -368,8 +376,9 @@ def main(argv):
     os.chdir(options["root"])
     tracer = Tracer(options["root"], options)
     plugin = _hooks(pytest, Plugin(options, sink, tracer, started))
-    files = sorted({t.split("::", 1)[0] for t in options["tests"]})
+    files = list(dict.fromkeys(t.split("::", 1)[0] for t in options["tests"]))
     args = [*files, "-p", "no:cacheprovider", "--assert=plain", "-q", "--rootdir", options["root"],
+            "--continue-on-collection-errors",
             *options.get("pytest_args", [])]
     status, error = "finished", ""
     try:
