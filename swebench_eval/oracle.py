@@ -1,21 +1,20 @@
 """Oracle failing tests: the instance's own FAIL_TO_PASS tests as the failing tests, for localization benchmarks and
 RL training only (never the default of a SWE-bench run, where the official setting hides them).
 
-The test patch is applied in the runtime (new and changed test files, as the eval script applies it); the failing
-tests are the FAIL_TO_PASS ids and the passing ones the PASS_TO_PASS ids of the same test files. Ids are pytest node
-ids (`path::name`); rows whose runner names bare functions (sympy's `test_issue_11617`) get the test file of the
-test patch that defines them.
+The test patch is applied on the runtime's base commit (new and changed test files, as the eval script applies it);
+the failing tests are the FAIL_TO_PASS ids and the passing ones the PASS_TO_PASS ids of the same test files. Ids are
+pytest node ids (`path::name`); rows whose runner names bare functions (sympy's `test_issue_11617`) get the test file
+of the test patch that defines them.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
 from dataclasses import dataclass
 
 from environments.runtime import Runtime
 from swebench_eval.datasets import Instance
-from swebench_eval.patches import PatchError
+from swebench_eval.patches import PatchError, apply_patch
 from swebench_eval.specs import test_directives
 
 
@@ -27,12 +26,12 @@ class OracleTests:
 
 
 def apply_test_patch(runtime: Runtime, instance: Instance) -> None:
-    """Apply the instance's test patch on top of the working tree (PatchError when it does not apply)."""
-    path = f"/tmp/pinpoint-test-{uuid.uuid4().hex[:8]}.patch"
-    runtime.write_file(path, instance.test_patch if instance.test_patch.endswith("\n") else instance.test_patch + "\n")
-    result = runtime.run(f"git apply --whitespace=nowarn {path}; rc=$?; rm -f {path}; exit $rc", timeout=120)
-    if not result.ok:
-        raise PatchError(f"{instance.instance_id}: the test patch does not apply: {result.output.strip()[-500:]}")
+    """Put the instance's test patch on the base commit, as the eval script does (PatchError when it does not
+    apply)."""
+    try:
+        apply_patch(runtime, instance.test_patch)
+    except PatchError as exc:
+        raise PatchError(f"{instance.instance_id}: the test patch does not apply: {exc}") from exc
 
 
 def _node_id(name: str, files: list[str], texts: dict[str, str]) -> str | None:
