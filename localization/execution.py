@@ -43,13 +43,14 @@ class Frame:
 
 @dataclass(frozen=True)
 class BlockStep:
-    """The locals (reprs) after one executed block, the names it set or changed, and `returned` when the call
-    returned from it."""
+    """The locals (reprs) after one executed block, the names it set or changed, and `returned` (or `raised`) when
+    the call returned (or raised) from it."""
 
     block: int
     state: dict[str, str]
     returned: str | None = None
     changed: tuple[str, ...] = ()
+    raised: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,8 @@ def _test_run(record: dict) -> TracedTest:
     for key, raw in (record.get("blocks") or {}).items():
         traces = tuple(
             CallTrace(c["call"], tuple(BlockStep(s["block"], dict(s.get("state", {})), s.get("return"),
-                                                 tuple(s.get("changed", ()))) for s in c.get("steps", [])),
+                                                 tuple(s.get("changed", ())), s.get("raised"))
+                                       for s in c.get("steps", [])),
                       c.get("omitted", 0), c.get("raised"))
             for c in raw.get("traces", []))
         blocks[key] = FunctionTrace(raw.get("calls", 0), frozenset(raw.get("executed", [])), traces)

@@ -32,7 +32,7 @@ from localization.execution import (
 )
 from localization.suspects import LocalizationRequest, Suspect
 
-RETURN = "<return>"
+RETURN, RAISED = "<return>", "<raised>"
 
 
 def trace_targets(evidence: ExecutionEvidence, sources: Sources, top: int = 3) -> list[FunctionBlocks]:
@@ -128,6 +128,8 @@ def _deltas(trace: CallTrace) -> list[tuple[int, dict[str, str], set[tuple[str, 
         changed = {(k, abstract(step.state[k])) for k in step.changed if k in step.state}
         if step.returned is not None:
             changed.add((RETURN, abstract(step.returned)))
+        if step.raised is not None:
+            changed.add((RAISED, abstract(step.raised)))
         out.append((step.block, step.state, changed))
     return out
 
@@ -189,11 +191,13 @@ class LdbLocalizer:
 
 # -- the LLM verdict -------------------------------------------------------------------------------------------------
 def failing_trace(evidence: ExecutionEvidence, key: str) -> CallTrace | None:
-    """The last kept call of the function in the first failing test that ran it: the one closest to the failure."""
+    """The last kept call (with recorded steps) of the function in the first failing test that ran it: the one
+    closest to the failure."""
     for test in evidence.failing:
         run = test.blocks.get(key)
-        if run is not None and run.traces:
-            return run.traces[-1]
+        recorded = [trace for trace in run.traces if trace.steps] if run is not None else []
+        if recorded:
+            return recorded[-1]
     return None
 
 
@@ -220,6 +224,7 @@ def block_prompt(function: FunctionBlocks, source: str, trace: CallTrace, *, tas
             parts.append(f"... {trace.omitted} blocks omitted ...")
         state = "; ".join(f"{k} = {v}" for k, v in step.state.items()) or "(no locals)"
         returned = f"\n# returns: {step.returned}" if step.returned is not None else ""
+        returned += f"\n# raises: {step.raised}" if step.raised is not None else ""
         parts.append(f"[BLOCK-{i}]\n{_block_code(lines, function.blocks[step.block])}\n# after: {state}{returned}")
     parts.append("For every block, say whether it is correct or wrong for what the code should do, and why in one "
                  "sentence. Answer one line per block, exactly in this form:\n"

@@ -77,8 +77,8 @@ class Recorder:
         return text if len(text) <= self.max_repr else text[: self.max_repr - 3] + "..."
 
     def state(self, frame):
-        names = [n for n in frame.f_locals if not n.startswith("__")][:30]
         local = frame.f_locals
+        names = [n for n in local if not n.startswith("__")][:30]
         return {n: self.value(local[n]) for n in names if not _boring(local[n])}
 
     def tracer(self, lines):
@@ -87,6 +87,7 @@ class Recorder:
         self.calls += 1
         current = [None]
         before = [{}]
+        raised = [None]  # an exception passing through, until a later line shows it was caught
 
         def step(frame, extra):
             if self.snapshots >= self.max_snapshots:
@@ -108,6 +109,7 @@ class Recorder:
 
         def local(frame, event, arg):
             if event == "line":
+                raised[0] = None
                 lines.add(frame.f_lineno)
                 block = self.line_block.get(frame.f_lineno)
                 if block is not None and block != current[0]:
@@ -116,10 +118,10 @@ class Recorder:
                     current[0] = block
                     self.executed.add(block)
             elif event == "exception":
-                call["raised"] = self.value(arg[1])
+                raised[0] = call["raised"] = self.value(arg[1])
             elif event == "return":
                 if current[0] is not None:
-                    step(frame, {"return": self.value(arg)})
+                    step(frame, {"raised": raised[0]} if raised[0] is not None else {"return": self.value(arg)})
                 self.finish(call)
             return local
 
