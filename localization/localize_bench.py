@@ -58,6 +58,11 @@ def gold_of(patch: str, sources: Sources) -> Gold:
     return Gold(lines, frozenset(functions))
 
 
+def _gold_json(gold: Gold) -> dict:
+    return {"gold_files": sorted(gold.files), "gold_functions": sorted(gold.functions),
+            "gold_lines": {p: sorted(ls) for p, ls in gold.lines.items()}}
+
+
 def ranked_views(suspects: Sequence[Suspect], sources: Sources) -> tuple[list[str], list[tuple[str, str]], list]:
     """A ranked suspect list read three ways: files, functions (each span's innermost function), lines."""
     code = [s for s in suspects if not is_test_path(s.path)]
@@ -87,9 +92,12 @@ def score(views: tuple[list[str], list[tuple[str, str]], list], gold: Gold) -> d
 def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, sources: Sources) -> dict:
     """Per-signal hits, and the fused ranking's (reciprocal rank over the setting's signals)."""
     fused = reciprocal_rank_fusion({n: s for n, s in signals.items() if n in FUSED[setting] and s})
-    ranked = {**signals, "fused": fused}
-    return {name: {**score(ranked_views(s, sources), gold), "top_files": ranked_views(s, sources)[0][:5]}
-            for name, s in ranked.items()}
+    out = {}
+    for name, suspects in {**signals, "fused": fused}.items():
+        views = ranked_views(suspects, sources)
+        out[name] = {**score(views, gold), "top_files": views[0][:5], "top_functions": views[1][:10],
+                     "top_lines": views[2][:10]}
+    return out
 
 
 def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callable, log=print) -> list[dict]:
@@ -142,7 +150,7 @@ def issue_row(instance) -> dict:
         sources = Sources(runtime)
         gold = gold_of(instance.patch, sources)
         signals = issue_signals(runtime, instance.problem_statement)
-        return {"gold_files": sorted(gold.files), "signals": evaluate_row(signals, "issue", gold, sources)}
+        return {**_gold_json(gold), "signals": evaluate_row(signals, "issue", gold, sources)}
 
 
 def failure_text(evidence) -> str:
@@ -192,7 +200,7 @@ def oracle_row(instance, budget_s: float = 300.0) -> dict:
         signals = issue_signals(runtime, instance.problem_statement)
         execution, cost = execution_signals(runtime, tests.failing, tests.passing, budget_s)
         signals.update(execution)
-        return {"gold_files": sorted(gold.files), "cost": cost,
+        return {**_gold_json(gold), "cost": cost,
                 "signals": evaluate_row(signals, "oracle", gold, sources)}
 
 

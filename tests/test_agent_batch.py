@@ -71,7 +71,7 @@ def _task_of(request) -> str:
 def test_batch_killed_midway_resumes_without_losing_or_redoing_predictions(tmp_path):
     tasks = _make_tasks(tmp_path)
     out = tmp_path / "out"
-    preds = out / "preds.jsonl"
+    preds = out / "tasks" / "fake" / "preds.jsonl"  # <runs root>/<run id: the tasks file>/<model>/
     with FakeScriptedLLMServer(default=_reply) as fake:
         first = _batch(tasks, out, fake.base_url)
         deadline = time.monotonic() + 300
