@@ -9,7 +9,8 @@ Two settings per row:
 
 Metrics against the reference patch: file Acc@k (a gold file in the top k), function Acc@k (a function the patch
 touches in the top k), line Hit@k (a gold line in the top k lines; an insertion counts at the line it goes before),
-all gold files in the top 5, seconds. Each row's result is cached as one JSON file, so a run resumes.
+all gold files in the top 5, seconds. Each row's result is cached as one JSON file, so a run resumes (a row that
+failed, e.g. an image that did not build, is tried again).
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
     rows = []
     for instance in instances:
         path = folder / f"{instance.instance_id}.json"
-        if path.exists():
-            rows.append(json.loads(path.read_text()))
+        cached = json.loads(path.read_text()) if path.exists() else None
+        if cached is not None and not cached.get("error"):  # a row that failed is tried again
+            rows.append(cached)
             continue
         started = time.monotonic()
         row = compute(instance)
