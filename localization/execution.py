@@ -114,7 +114,7 @@ class ExecutionEvidence:
 
     def _expected(self, test: TracedTest) -> bool:
         wanted = self.expected_failing
-        return wanted is None or any(test.nodeid == w or test.nodeid.startswith(w) for w in wanted)
+        return wanted is None or any(covers(w, test.nodeid) for w in wanted)
 
     @property
     def failing(self) -> list[TracedTest]:
@@ -218,12 +218,20 @@ def _test_run(record: dict) -> TracedTest:
         frames=tuple(Frame(p, int(n), f) for p, n, f in record.get("frames", [])), blocks=blocks)
 
 
+def covers(wanted: str, nodeid: str) -> bool:
+    """Whether a requested id names this test: itself, a class or module above it, or an id the SWE-bench log
+    parser cut at a space inside its parameters (`test_x[a` for `test_x[a b]`). The trace runner holds a copy."""
+    if nodeid == wanted or nodeid.startswith(wanted + "::") or nodeid.startswith(wanted + "["):
+        return True
+    return wanted.count("[") > wanted.count("]") and nodeid.startswith(wanted)
+
+
 def _mark_missing(evidence: ExecutionEvidence) -> None:
     """Requested tests the runner never reported (it was killed, or crashed) are `not_run`, saying why."""
     seen = {t.nodeid for t in evidence.tests}
     why = evidence.error or "the trace runner stopped before it"
     for nodeid in evidence.requested:
-        if nodeid not in seen and not any(s.startswith(nodeid) for s in seen):
+        if not any(covers(nodeid, s) for s in seen):
             evidence.tests.append(TracedTest(nodeid, "not_run", message=why))
 
 

@@ -252,7 +252,7 @@ class Plugin:
         rank = {}
         for item in items:
             matches = [order[item.nodeid]] if item.nodeid in order else [
-                order[p] for p in prefixes if item.nodeid.startswith(p)]
+                order[p] for p in prefixes if covers(p, item.nodeid)]
             if matches:
                 rank[id(item)] = min(matches)
         deselected = [item for item in items if id(item) not in rank]
@@ -331,7 +331,7 @@ class Plugin:
     def missing(self, code):
         """Requested ids that no collected test matched: an import error of their file, or not found."""
         for wanted in self.wanted:
-            if any(seen == wanted or seen.startswith(wanted) for seen in self.seen):
+            if any(covers(wanted, seen) for seen in self.seen):
                 continue
             module = wanted.split("::", 1)[0]
             error = next((m for nodeid, m in self.collect_errors.items() if nodeid in (module, "")), None)
@@ -343,6 +343,15 @@ class Plugin:
             else:
                 line = {"outcome": "not_found", "message": "no collected test has this id"}
             self.sink.write(dict(kind="test", nodeid=wanted, frames=[], lines={}, blocks={}, duration_s=0.0, **line))
+
+
+def covers(wanted, nodeid):
+    """Whether a requested id names this test: itself, a class or module above it, or an id the SWE-bench log
+    parser cut at a space inside its parameters (`test_x[a` for `test_x[a b]`). Same as pinpoint's
+    `localization.execution.covers`; this script cannot import it."""
+    if nodeid == wanted or nodeid.startswith(wanted + "::") or nodeid.startswith(wanted + "["):
+        return True
+    return wanted.count("[") > wanted.count("]") and nodeid.startswith(wanted)
 
 
 def _frames(tb, tracer, keep=8):

@@ -16,6 +16,7 @@ from localization.execution import (
     SpectrumLocalizer,
     TracedTest,
     collect_spectrum,
+    covers,
     dstar,
     ochiai,
     parse_results,
@@ -265,6 +266,8 @@ def test_only_the_expected_failures_are_failing_runs_and_the_summary_counts_outc
     evidence.expected_failing = ["t::a"]  # t::net was sampled as passing and failed for reasons of its own
     assert [t.nodeid for t in evidence.failing] == ["t::a"]
     assert [t.nodeid for t in evidence.unexpected_failures] == ["t::net"]
+    assert covers("t.py::T", "t.py::T::test_a") and covers("t.py::test_a[x", "t.py::test_a[x y]")
+    assert not covers("t.py::test_a", "t.py::test_ab") and covers("t.py::test_a", "t.py::test_a[1]")
 
 
 # -- one real SWE-bench dev instance in its container -----------------------------------------------------------------
