@@ -46,8 +46,10 @@ while IFS= read -r -d '' p; do [ -e "$p" ] || exit KEEP_MISSING; done < "$gd/pin
 DIFF_SCRIPT = _GIT + r"""set -euo pipefail
 gd=$(g rev-parse --absolute-git-dir)
 tmp=$(mktemp); trap 'rm -f "$tmp"' EXIT
-# a private copy of the index: `git add -A` must not touch the repository's real staging area
-if [ -f "$gd/index" ]; then cp "$gd/index" "$tmp"; else rm -f "$tmp"; fi
+# a private copy of the index: `git add -A` must not touch the repository's real staging area; `-p` keeps its
+# mtime, which git's racy-clean check compares file mtimes against (a plain copy hides a same-size edit made in
+# the second the index was written)
+if [ -f "$gd/index" ]; then cp -p "$gd/index" "$tmp"; else rm -f "$tmp"; fi
 export GIT_INDEX_FILE="$tmp"
 g add -A
 g diff --cached --binary --no-color --no-ext-diff --no-renames --src-prefix=a/ --dst-prefix=b/ \

@@ -149,3 +149,18 @@ def test_a_runtime_dropped_without_close_still_deletes_its_checkout(requests_rep
     del runtime
     gc.collect()
     assert not os.path.exists(folder)
+
+
+def test_a_same_size_edit_right_after_reset_shows_in_the_diff(tmp_path):
+    """git's racy-clean check needs the index copy's own mtime; a fresh copy hid such an edit."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    (repo / "m.py").write_text("x = 1 - 2\n")
+    subprocess.run("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm base",
+                   shell=True, cwd=repo, check=True)
+    with LocalRuntime(str(repo)) as runtime:
+        runtime.diff()
+        runtime.reset()
+        runtime.write_file("m.py", "x = 1 + 2\n")  # same size, same second as the index write
+        time.sleep(1.1)
+        assert "+x = 1 + 2" in runtime.diff()
