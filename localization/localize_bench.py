@@ -30,6 +30,10 @@ from localization.suspects import Suspect
 
 FILE_KS, FUNCTION_KS, LINE_KS = (1, 3, 5), (1, 5, 10), (1, 5, 10)
 SETTINGS = ("issue", "oracle")
+#: the cache folder's version: rows of an older layout are computed again
+ROW_VERSION = 2
+#: each signal's own suspects kept per row
+KEPT_SUSPECTS = 50
 #: signals the agent fuses in each setting (the baselines are measured, not fused)
 FUSED = {"issue": ("retrieval", "lexical", "bm25"),
          "oracle": ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb")}
@@ -98,12 +102,14 @@ def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, so
         views = ranked_views(suspects, sources)
         out[name] = {**score(views, gold), "top_files": views[0][:5], "top_functions": views[1][:10],
                      "top_lines": views[2][:10]}
+        if name != "fused":  # what a learned fusion trains on, without running the row again
+            out[name]["suspects"] = [s.to_dict() for s in suspects[:KEPT_SUSPECTS]]
     return out
 
 
 def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callable, log=print) -> list[dict]:
     """Each row's result from `cache` when there, else `compute(instance)` written there first."""
-    folder = cache / setting
+    folder = cache / f"{setting}-v{ROW_VERSION}"
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for instance in instances:
