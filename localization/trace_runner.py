@@ -1,6 +1,6 @@
 """Standalone trace runner: copied into a repository's environment and run there with its own Python.
 
-It imports nothing from pinpoint and only the standard library besides the repository's pytest, and runs on
+It imports nothing from pinpoint and only the standard library besides the environment's pytest, and runs on
 Python 3.9 and 3.11. Usage: `python trace_runner.py INPUT.json`. It runs the requested pytest ids in-process with a
 plugin that turns a `sys.settrace` line tracer on only during each test's *call* phase (setup, teardown and pytest's
 failure reporting stay out of the spectrum; assertion rewriting is off), and records per test its outcome, the
@@ -8,11 +8,13 @@ repository lines it ran, the deepest repository frames of its failure and, for t
 by their basic blocks, the local variables after each executed block (LDB). Results go to the JSON-lines file the
 input names (outside the repository), one line per event as it happens, so a crash or a kill leaves every finished
 test on disk. A per-test alarm and an overall budget bound the run; tests past the budget are reported `not_run`.
+Where the environment has no pytest (sympy's), plain `file::function` ids are imported and called instead.
 """
 
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import os
 import re
@@ -372,25 +374,12 @@ def _hooks(pytest, plugin):
     return plugin
 
 
-def main(argv):
-    started = time.time()
-    with open(argv[1], encoding="utf-8") as handle:
-        options = json.load(handle)
-    sink = Sink(options["output"])
-    sink.write({"kind": "start", "python": sys.version.split()[0], "pid": os.getpid()})
-    sys.dont_write_bytecode = True
-    try:
-        import pytest
-    except Exception as exc:
-        sink.write({"kind": "end", "status": "error", "error": f"import error: {type(exc).__name__}: {exc}"})
-        return 0
-    os.chdir(options["root"])
-    tracer = Tracer(options["root"], options)
+def run_pytest(pytest, options, sink, tracer, started):
+    """The requested ids through pytest.main, in-process, with the plugin; returns the `end` record's fields."""
     plugin = _hooks(pytest, Plugin(options, sink, tracer, started))
     files = list(dict.fromkeys(t.split("::", 1)[0] for t in options["tests"]))
     args = [*files, "-p", "no:cacheprovider", "--assert=plain", "-q", "--rootdir", options["root"],
-            "--continue-on-collection-errors",
-            *options.get("pytest_args", [])]
+            "--continue-on-collection-errors", *options.get("pytest_args", [])]
     status, error = "finished", ""
     try:
         code = pytest.main(args, plugins=[plugin])
@@ -399,8 +388,87 @@ def main(argv):
     if plugin.current is not None:
         plugin.finish_test()
     plugin.missing(code)
-    sink.write({"kind": "end", "status": status, "error": error, "exit_code": int(code),
-                "pytest": getattr(pytest, "__version__", "?"), "seconds": round(time.time() - started, 3)})
+    return {"status": status, "error": error, "exit_code": int(code), "pytest": getattr(pytest, "__version__", "?")}
+
+
+#: exceptions by class name that mean a test did not fail (sympy's own testing helpers, unittest's skip)
+PLAIN_OUTCOMES = {"Skipped": "skipped", "SkipTest": "skipped", "XFail": "xfailed"}
+
+
+def _plain_test(nodeid):
+    """The callable a `path::name` or `path::Class::name` id names, its module imported as a package module."""
+    parts = nodeid.split("::")
+    if "[" in nodeid or len(parts) not in (2, 3):
+        raise LookupError("only plain `file::function` or `file::Class::method` ids run without pytest")
+    module = importlib.import_module(parts[0][:-3].replace("/", "."))
+    target = getattr(module, parts[1])
+    return getattr(target(), parts[2]) if len(parts) == 3 else target
+
+
+def run_plain(options, sink, tracer, started, why):
+    """Without pytest (sympy's environments have none): each id is imported (not traced, as collection) and called
+    with the tracer on; fixtures and parametrized ids need pytest and are reported so."""
+    sys.path.insert(0, options["root"])
+    deadline, per_test = started + options.get("budget_s", 600.0), options.get("per_test_timeout", 60.0)
+    for nodeid in options["tests"]:
+        record = {"kind": "test", "nodeid": nodeid, "outcome": "passed", "message": "", "frames": [], "lines": {},
+                  "blocks": {}, "duration_s": 0.0}
+        began = time.time()
+        if began > deadline:
+            sink.write(dict(record, outcome="not_run", message="overall budget spent"))
+            continue
+        try:
+            test = _plain_test(nodeid)
+        except LookupError as exc:
+            sink.write(dict(record, outcome="not_found", message=str(exc)))
+            continue
+        except Exception as exc:
+            sink.write(dict(record, outcome="error", message=_cut(f"import error: {type(exc).__name__}: {exc}", 1500)))
+            continue
+        record.update(_call_plain(test, tracer, per_test))
+        record["duration_s"] = round(time.time() - began, 3)
+        record["lines"], record["blocks"] = tracer.take()
+        sink.write(record)
+    return {"status": "finished", "error": "", "exit_code": 0, "pytest": f"none ({why}); plain calls"}
+
+
+def _call_plain(test, tracer, per_test):
+    def alarm(signum, frame):
+        raise TestTimeout(f"test exceeded its {per_test:g}s timeout")
+
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, alarm)
+        signal.setitimer(signal.ITIMER_REAL, per_test)
+    tracer.start()
+    try:
+        test()
+        return {}
+    except BaseException as exc:
+        name = type(exc).__name__
+        outcome = "timeout" if isinstance(exc, TestTimeout) else PLAIN_OUTCOMES.get(name, "failed")
+        return {"outcome": outcome, "message": _cut(f"{name}: {exc}", 500), "frames": _frames(exc.__traceback__, tracer)}
+    finally:
+        tracer.stop()
+        if hasattr(signal, "SIGALRM"):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def main(argv):
+    started = time.time()
+    with open(argv[1], encoding="utf-8") as handle:
+        options = json.load(handle)
+    sink = Sink(options["output"])
+    sink.write({"kind": "start", "python": sys.version.split()[0], "pid": os.getpid()})
+    sys.dont_write_bytecode = True
+    os.chdir(options["root"])
+    tracer = Tracer(options["root"], options)
+    try:
+        import pytest
+    except ImportError as exc:
+        end = run_plain(options, sink, tracer, started, f"import error: {exc}")
+    else:
+        end = run_pytest(pytest, options, sink, tracer, started)
+    sink.write(dict(kind="end", seconds=round(time.time() - started, 3), **end))
     return 0
 
 

@@ -183,6 +183,20 @@ def test_tests_past_the_overall_budget_are_not_run(runtime):
     assert all("overall budget" in t.message for t in evidence.tests if t.outcome == "not_run")
 
 
+def test_without_pytest_plain_test_functions_are_called_under_the_tracer(runtime, tmp_path):
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    python = str(tmp_path / "bare" / "bin" / "python")  # no pytest in it, as in sympy's environments
+    tests = [*FAILING, *PASSING[:2], "tests/test_broken.py::test_never_runs", "tests/test_calc.py::test_x[1]"]
+    evidence = run_traced(runtime, tests, failing=FAILING, python=python)
+    runs = {t.nodeid: t for t in evidence.tests}
+    assert evidence.status == "finished" and evidence.pytest.startswith("none (import error: ")
+    assert [runs[t].outcome for t in tests[:3]] == ["failed", "passed", "passed"]
+    assert rank_lines(evidence)[0].line == 9 and runs[FAILING[0]].frames[-1].path == "tests/test_calc.py"
+    assert runs[tests[3]].outcome == "error" and "pkg.does_not_exist" in runs[tests[3]].message
+    assert runs[tests[4]].outcome == "not_found" and "without pytest" in runs[tests[4]].message
+    assert runtime.diff() == ""
+
+
 def test_a_runner_that_died_midway_keeps_the_tests_it_finished():
     raw = ('{"kind": "start", "python": "3.9.2", "pid": 1}\n'
            '{"kind": "test", "nodeid": "t.py::a", "outcome": "failed", "lines": {"m.py": [3]}, "frames": '
