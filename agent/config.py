@@ -70,6 +70,15 @@ class AgentSection:
     #: add repair likelihood as a signal: the diagnostic model's top lines ranked by how much their best one-edit
     #: repair makes their function more probable (off by default: ~75 LLM scorings per 10 lines, on top of the model)
     repair: bool = False
+    #: trace the failing tests (coverage spectrum, then LDB block states of the top functions) when there are
+    #: some: the task's pytest test command (`fix --test-cmd`), or the oracle's; the `spectrum` and `ldb` signals
+    execution: bool = True
+    #: seconds for each traced test run (a slow suite is cut there, never waited on)
+    execution_budget_s: float = 300.0
+    #: SWE-bench only, for localization benchmarks and RL training: the instance's FAIL_TO_PASS tests (its test
+    #: patch applied while they are traced, then removed) as the failing tests. Off in a real run: the official
+    #: setting hides the tests
+    oracle_tests: bool = False
     #: tool observations longer than this are truncated (the tools also truncate)
     max_observation_chars: int = 12_000
 

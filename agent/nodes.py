@@ -71,14 +71,21 @@ def view(state: AgentState, ctx: AgentContext) -> dict:
 def localize(state: AgentState, ctx: AgentContext) -> dict:
     """Fuse every localizer's suspects for the issue (and the last failing test's output); quote the top ones."""
     failure = last_failure(state)
-    request = LocalizationRequest(problem_statement=task_of(state).problem_statement,
-                                  test_output=failure.output if failure else "")
+    sources = _execution_sources(ctx)
+    output = failure.output if failure else "\n".join(s.failure_output() for s in sources)
+    request = LocalizationRequest(problem_statement=task_of(state).problem_statement, test_output=output)
     fused, per_signal = _fused_suspects(ctx, request)
     top = fused[: ctx.config.agent.show_suspects]
     message = prompts.suspects_message(top, {i: _snippet(ctx, s) for i, s in enumerate(top)}, request.test_output)
     event = {"kind": "localize", "signals": {k: [s.to_dict() for s in v[:20]] for k, v in per_signal.items()}}
     return {"suspects": [s.to_dict() for s in fused[:50]], "targets": _search_targets(ctx, per_signal, fused),
-            "events": [event], "messages": [{"role": "user", "content": message}]}
+            "events": [s.record() for s in sources] + [event], "messages": [{"role": "user", "content": message}]}
+
+
+def _execution_sources(ctx: AgentContext) -> list:
+    """The traced failing tests behind the execution signals (`spectrum`, `ldb`), each once."""
+    found = {id(src): src for loc in ctx.localizers if (src := getattr(loc, "execution", None)) is not None}
+    return list(found.values())
 
 
 def _fused_suspects(ctx: AgentContext, request: LocalizationRequest) -> tuple[list[Suspect], dict[str, list[Suspect]]]:

@@ -26,6 +26,7 @@ from agent.llm import LLMClient, LLMConfig
 from agent.state import Task
 from agent.trajectory import TrajectoryWriter
 from environments.runtime import Runtime
+from localization.failing_tests import ExecutionSignals, FailingTests, pytest_selection
 from localization.retrieval import LexicalLocalizer, RetrievalLocalizer
 from localization.suspects import Localizer
 from swebench_eval.layout import safe_name
@@ -60,13 +61,15 @@ class RunResult:
         return data
 
 
-def default_localizers(runtime: Runtime, config: Config) -> list[Localizer]:
-    """Retrieval from the issue text, lexical file ranking, failing-test tracebacks, plus the FLARE diagnostic model
-    (`agent.diagnostic`, its checkpoint fine-tuned on repository code) and repair likelihood over its top lines
-    (`agent.repair`) when that checkpoint is installed;
-    callers may pass any other list."""
+def default_localizers(runtime: Runtime, config: Config, failing: FailingTests | None = None) -> list[Localizer]:
+    """Retrieval from the issue text, lexical file ranking, failing-test tracebacks; the coverage spectrum and LDB
+    block traces of `failing` tests (`agent.execution`); plus the FLARE diagnostic model (`agent.diagnostic`, its
+    checkpoint fine-tuned on repository code) and repair likelihood over its top lines (`agent.repair`) when that
+    checkpoint is installed; callers may pass any other list."""
     localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), LexicalLocalizer(runtime),
                                    RetrievalLocalizer(runtime, "tests")]
+    if failing is not None and config.agent.execution:
+        localizers += ExecutionSignals(runtime, failing, config.agent.execution_budget_s).localizers()
     if config.agent.diagnostic or config.agent.repair:
         from localization import diagnostic, repair
 
@@ -106,8 +109,10 @@ def run_task(
     if fresh:
         db_path.unlink(missing_ok=True)
     client, diverse = clients or make_clients(config.llm)
-    ctx = AgentContext(runtime=runtime, llm=client, diverse_llm=diverse, config=config,
-                       localizers=localizers if localizers is not None else default_localizers(runtime, config))
+    if localizers is None:
+        failing = pytest_selection(task.test_command) if task.test_command else None
+        localizers = default_localizers(runtime, config, failing)
+    ctx = AgentContext(runtime=runtime, llm=client, diverse_llm=diverse, config=config, localizers=localizers)
     writer = TrajectoryWriter(run_dir / "trajectory.json", {
         "task": task.to_dict(), "model": client.config.model, "thread_id": thread_id or task.instance_id,
         "config": {**config.to_dict(), "llm": client.config.to_public_dict()},

@@ -223,6 +223,8 @@ def covers(wanted: str, nodeid: str) -> bool:
     parser cut at a space inside its parameters (`test_x[a` for `test_x[a b]`). The trace runner holds a copy."""
     if nodeid == wanted or nodeid.startswith(wanted + "::") or nodeid.startswith(wanted + "["):
         return True
+    if wanted in (".", "./") or nodeid.startswith(wanted.rstrip("/") + "/"):  # a folder of tests
+        return True
     return wanted.count("[") > wanted.count("]") and nodeid.startswith(wanted)
 
 

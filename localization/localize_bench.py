@@ -161,36 +161,22 @@ def issue_row(instance) -> dict:
         return {**_gold_json(gold), "signals": evaluate_row(signals, "issue", gold, sources)}
 
 
-def failure_text(evidence) -> str:
-    """The failing tests' deepest frames and messages as traceback text, for the `traceback` signal."""
-    parts = []
-    for test in evidence.failing:
-        parts.append(f"{test.nodeid} {test.outcome}\nTraceback (most recent call last):")
-        parts.extend(f'  File "{f.path}", line {f.line}, in {f.function}' for f in test.frames)
-        parts.append(test.message[-1500:])
-    return "\n".join(parts)
-
-
-def execution_signals(runtime, failing: list[str], passing: list[str], budget_s: float) -> tuple[dict, dict]:
-    """`traceback`, `spectrum` and `ldb` from the failing tests in `runtime`, and what the runs cost."""
-    from localization.execution import SpectrumLocalizer, collect_spectrum
-    from localization.ldb import LdbLocalizer, collect_block_traces, trace_targets
+def execution_signals(runtime, tests, budget_s: float) -> tuple[dict, dict]:
+    """`traceback`, `spectrum` and `ldb` from the oracle's failing tests in `runtime`, and what the runs cost."""
+    from localization.failing_tests import ExecutionSignals, FailingTests
     from localization.retrieval import RetrievalLocalizer
     from localization.suspects import LocalizationRequest
 
     started = time.monotonic()
-    evidence = collect_spectrum(runtime, failing, passing, budget_s=budget_s)
-    spectrum_s = time.monotonic() - started
-    sources = Sources(runtime)
-    targets = trace_targets(evidence, sources)
-    traces = collect_block_traces(runtime, evidence, targets, budget_s=budget_s) if targets else evidence
-    request = LocalizationRequest(test_output=failure_text(evidence))
+    execution = ExecutionSignals(runtime, FailingTests("oracle", tests.failing, tests.passing), budget_s)
+    execution.collect()
+    request = LocalizationRequest(test_output=execution.failure_output())
     signals = {"traceback": RetrievalLocalizer(runtime, "tests").localize(request),
-               "spectrum": SpectrumLocalizer(evidence, runtime).localize(request),
-               "ldb": LdbLocalizer(traces).localize(request) if targets else []}
-    cost = {"spectrum_seconds": round(spectrum_s, 1), "ldb_seconds": round(time.monotonic() - started - spectrum_s, 1),
+               **{loc.name: loc.localize(request) for loc in execution.localizers()}}
+    evidence = execution.spectrum
+    cost = {"execution_seconds": round(time.monotonic() - started, 1),
             "failing_test_seconds": round(sum(t.duration_s for t in evidence.failing), 2),
-            "traced": evidence.summary(), "failing_failed": len(evidence.failing), "failing_given": len(failing)}
+            "traced": evidence.summary(), "failing_failed": len(evidence.failing), "failing_given": len(tests.failing)}
     return signals, cost
 
 
@@ -206,7 +192,7 @@ def oracle_row(instance, budget_s: float = 300.0) -> dict:
         sources = Sources(runtime)
         gold = gold_of(instance.patch, sources)
         signals = issue_signals(runtime, instance.problem_statement)
-        execution, cost = execution_signals(runtime, tests.failing, tests.passing, budget_s)
+        execution, cost = execution_signals(runtime, tests, budget_s)
         signals.update(execution)
         return {**_gold_json(gold), "cost": cost,
                 "signals": evaluate_row(signals, "oracle", gold, sources)}

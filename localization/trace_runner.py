@@ -353,6 +353,8 @@ def covers(wanted, nodeid):
     `localization.execution.covers`; this script cannot import it."""
     if nodeid == wanted or nodeid.startswith(wanted + "::") or nodeid.startswith(wanted + "["):
         return True
+    if wanted in (".", "./") or nodeid.startswith(wanted.rstrip("/") + "/"):  # a folder of tests
+        return True
     return wanted.count("[") > wanted.count("]") and nodeid.startswith(wanted)
 
 
@@ -377,6 +379,7 @@ def _hooks(pytest, plugin):
 def run_pytest(pytest, options, sink, tracer, started):
     """The requested ids through pytest.main, in-process, with the plugin; returns the `end` record's fields."""
     plugin = _hooks(pytest, Plugin(options, sink, tracer, started))
+    sys.path.insert(0, options["root"])  # as `python -m pytest` does: the repository's own packages import
     files = list(dict.fromkeys(t.split("::", 1)[0] for t in options["tests"]))
     args = [*files, "-p", "no:cacheprovider", "--assert=plain", "-q", "--rootdir", options["root"],
             "--continue-on-collection-errors", *options.get("pytest_args", [])]

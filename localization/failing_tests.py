@@ -1,0 +1,145 @@
+"""Failing-test evidence, one interface for its three sources, and the `spectrum` and `ldb` signals it feeds.
+
+A `FailingTests` value says which tests to trace and where they came from:
+- `command`: the user's test command (`pinpoint fix --test-cmd`, a local task's `test_command`); a pytest command's
+  own selection is traced, and its tests that fail are the failing ones, those that pass the passing ones;
+- `oracle`: an instance's FAIL_TO_PASS tests (its test patch applied), PASS_TO_PASS tests of the same files;
+- `reproduce`: the agent's own reproduction script, wrapped as one test, plus the repository's tests of the files
+  the script ran.
+
+`ExecutionSignals` traces them once (coverage per test, then block states of the top functions) and serves two
+localizers over the result; `record()` is what the trajectory keeps: the runs, and the traces the suspects came from.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from environments.runtime import Runtime
+from localization.execution import (
+    DEFAULT_PYTHON,
+    ExecutionEvidence,
+    Sources,
+    SpectrumLocalizer,
+    collect_spectrum,
+)
+from localization.ldb import LdbLocalizer, collect_block_traces, trace_targets
+from localization.suspects import LocalizationRequest, Suspect
+
+#: options that change which tests run, kept with their value; any other option is the runner's own business (and
+#: `-x`/`--maxfail` would stop the passing tests the spectrum needs)
+_SELECTING = {"-k", "-m", "-o", "-c", "--rootdir", "--deselect", "--ignore", "--confcutdir"}
+_VALUED = _SELECTING | {"-p", "--maxfail", "--tb", "-W", "--basetemp", "--durations", "-n"}
+
+
+@dataclass(frozen=True)
+class FailingTests:
+    source: str
+    #: pytest node ids or paths expected to hold failing tests
+    failing: list[str]
+    #: node ids or paths of tests expected to pass (sampled to a bound when traced)
+    passing: list[str] = field(default_factory=list)
+    #: pytest options the selection needs (`-k expr`, ...)
+    pytest_args: list[str] = field(default_factory=list)
+    #: the interpreter whose pytest runs them (a command's own `X -m pytest`)
+    python: str = DEFAULT_PYTHON
+
+
+def pytest_selection(command: str) -> FailingTests | None:
+    """The tests a pytest command selects, as `command` evidence; None for any other command (no spectrum then)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    python = DEFAULT_PYTHON
+    for i, word in enumerate(words):
+        if word.endswith("pytest") or word == "py.test":
+            rest = words[i + 1 :]
+            break
+        if word == "-m" and i + 1 < len(words) and words[i + 1] == "pytest":
+            rest, python = words[i + 2 :], words[i - 1] if i else DEFAULT_PYTHON
+            break
+    else:
+        return None
+    selection, options, taking = [], [], None
+    for word in rest:
+        if taking is not None:
+            if taking in _SELECTING:
+                options += [taking, word]
+            taking = None
+        elif word in ("&&", "||", ";", "|"):
+            break
+        elif word in _VALUED:
+            taking = word
+        elif word.startswith(tuple(f"{flag}=" for flag in _SELECTING)):
+            options.append(word)
+        elif not word.startswith("-"):
+            selection.append(word)
+    return FailingTests("command", selection or ["."], [], options, python)
+
+
+class ExecutionSignals:
+    """The failing tests traced once, on first use, served as the `spectrum` and `ldb` localizers."""
+
+    def __init__(self, runtime: Runtime, tests: FailingTests, budget_s: float = 300.0, top_functions: int = 3):
+        self.runtime = runtime
+        self.tests = tests
+        self.budget_s = budget_s
+        self.top_functions = top_functions
+        self.spectrum: ExecutionEvidence | None = None
+        self.traces: ExecutionEvidence | None = None
+
+    def collect(self) -> None:
+        """Coverage of every selected test, then block states of the top functions (at most once)."""
+        if self.spectrum is not None:
+            return
+        self.spectrum = collect_spectrum(self.runtime, self.tests.failing, self.tests.passing, budget_s=self.budget_s,
+                                         pytest_args=self.tests.pytest_args, python=self.tests.python)
+        targets = trace_targets(self.spectrum, Sources(self.runtime), self.top_functions)
+        if targets and self.spectrum.failing:
+            self.traces = collect_block_traces(self.runtime, self.spectrum, targets, budget_s=self.budget_s,
+                                               python=self.tests.python)
+
+    def localizers(self) -> list:
+        return [_Signal("spectrum", self), _Signal("ldb", self)]
+
+    def failure_output(self) -> str:
+        """The failing tests' deepest frames and messages as traceback text, for the `traceback` signal."""
+        self.collect()
+        parts = []
+        for test in self.spectrum.failing:
+            parts.append(f"{test.nodeid} {test.outcome}\nTraceback (most recent call last):")
+            parts.extend(f'  File "{f.path}", line {f.line}, in {f.function}' for f in test.frames)
+            parts.append(test.message[-1500:])
+        return "\n".join(parts)
+
+    def suspects(self, name: str, request: LocalizationRequest) -> list[Suspect]:
+        self.collect()
+        if name == "spectrum":
+            return SpectrumLocalizer(self.spectrum, self.runtime).localize(request)
+        return LdbLocalizer(self.traces).localize(request) if self.traces is not None else []
+
+    def record(self) -> dict:
+        """The trajectory's `execution` event: where the tests came from, each run's outcome, the block traces."""
+        record = {"kind": "execution", "source": self.tests.source, "failing": self.tests.failing,
+                  "passing_given": len(self.tests.passing)}
+        for name, evidence in (("spectrum", self.spectrum), ("traces", self.traces)):
+            if evidence is not None:
+                record[name] = {"summary": evidence.summary(), "status": evidence.status, "error": evidence.error,
+                                "tests": [{"nodeid": t.nodeid, "outcome": t.outcome, "message": t.message[-300:]}
+                                          for t in evidence.tests[:60]]}
+        if self.traces is not None:
+            record["blocks"] = [s.to_dict() for s in LdbLocalizer(self.traces).localize(LocalizationRequest())]
+        return record
+
+
+@dataclass
+class _Signal:
+    """One of the two localizers over shared evidence."""
+
+    name: str
+    execution: ExecutionSignals
+
+    def localize(self, request: LocalizationRequest) -> list[Suspect]:
+        return self.execution.suspects(self.name, request)
