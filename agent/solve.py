@@ -49,8 +49,28 @@ def solve(instance: Instance, config: Config, layout: RunLayout, sources: RepoSo
     runtime, record = runtime_for(instance, config.runtime, sources)
     task = Task(instance.instance_id, instance.problem_statement, repo=instance.repo)
     with runtime:
+        localizers = oracle_localizers(instance, runtime, config) if config.agent.oracle_tests else None
         return run_task(task, runtime, config, run_dir=layout.trajectory_dir(instance.instance_id),
-                        meta={"image": record.tag})
+                        localizers=localizers, meta={"image": record.tag, "oracle_tests": config.agent.oracle_tests})
+
+
+def oracle_localizers(instance: Instance, runtime, config: Config) -> list:
+    """Oracle mode: the instance's FAIL_TO_PASS tests traced with its test patch applied, then the tree reset, so
+    the agent sees the execution signals but neither the tests nor the test patch enter its diff."""
+    from agent.runner import default_localizers
+    from localization.failing_tests import FailingTests
+    from swebench_eval.oracle import apply_test_patch, oracle_tests
+
+    apply_test_patch(runtime, instance)
+    try:
+        tests = oracle_tests(runtime, instance)
+        localizers = default_localizers(runtime, config, FailingTests("oracle", tests.failing, tests.passing))
+        for loc in localizers:
+            if getattr(loc, "execution", None) is not None:
+                loc.execution.collect()
+    finally:
+        runtime.reset()
+    return localizers
 
 
 def solve_instance(instance: Instance, config: Config, layout: RunLayout, *, evaluate: bool = False,

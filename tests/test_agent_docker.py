@@ -85,3 +85,26 @@ def test_fix_in_a_container_built_from_the_repository_install_files(tmp_path, do
     assert trajectory["test_runs"][0]["ok"] is False and trajectory["test_runs"][-1]["ok"] is True
     shown = subprocess.run(["git", "-C", str(demo.path), "show", "pinpoint/fix"], capture_output=True, text=True)
     assert "+    return number % 1.0" in shown.stdout
+
+
+@pytest.mark.docker
+def test_oracle_mode_traces_the_instances_failing_tests_and_keeps_them_out_of_the_patch(tmp_path, docker_client):
+    instance = load_instances(ids=[INSTANCE])[0]
+    script = [tool_call("str_replace_editor", e) for e in gold_edits(instance.patch)]
+    script += [tool_call("submit", {}), tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        code = main(["run", INSTANCE, "--output", str(tmp_path), "--search", "none", "--run-id", "oracle",
+                     "--set", "agent.oracle_tests=true", "--set", f"llm.base_url={fake.base_url}",
+                     "--set", "llm.model=fake-oracle"])
+    assert code == 0
+    run = tmp_path / "oracle" / "fake-oracle"
+    trajectory = json.loads((run / "trajectories" / INSTANCE / "trajectory.json").read_text())
+    (execution,) = [e for e in trajectory["events"] if e["kind"] == "execution"]
+    assert execution["source"] == "oracle" and execution["failing"] == list(instance.FAIL_TO_PASS)
+    outcomes = {t["nodeid"]: t["outcome"] for t in execution["spectrum"]["tests"]}
+    assert all(outcomes[t] == "failed" for t in instance.FAIL_TO_PASS)
+    localize = next(e for e in trajectory["events"] if e["kind"] == "localize")
+    assert "requests/models.py" in {s["path"] for s in localize["signals"]["spectrum"]}  # the gold file is run
+    assert "requests/models.py" in {s["path"] for s in trajectory["suspects"][:10]}
+    (pred,) = [json.loads(line) for line in (run / "preds.jsonl").read_text().splitlines()]
+    assert {f.path for f in PatchSet(pred["model_patch"])} == {"requests/models.py"}  # no test file
