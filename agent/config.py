@@ -75,6 +75,11 @@ class AgentSection:
     execution: bool = True
     #: seconds for each traced test run (a slow suite is cut there, never waited on)
     execution_budget_s: float = 300.0
+    #: after `view`, ask the model for a script that shows the issue and run it on the base commit; a failing one
+    #: feeds localization its traceback (off by default: the embedded model cannot write one; turn it on with a
+    #: capable model). It runs outside the repository, so it never enters the patch
+    reproduce: bool = False
+    reproduce_timeout_s: float = 120.0
     #: SWE-bench only, for localization benchmarks and RL training: the instance's FAIL_TO_PASS tests (its test
     #: patch applied while they are traced, then removed) as the failing tests. Off in a real run: the official
     #: setting hides the tests

@@ -1,7 +1,7 @@
 """The repair agent as a LangGraph state machine: this module only wires the nodes (`agent.nodes`) to the routers
 (`agent.routes`).
 
-    view ─► localize ─► edit ⟲ (tool loop) ─┬─► test ─┬─► submit ─► finalize
+    view ─► [reproduce] ─► localize ─► edit ⟲ (tool loop) ─┬─► test ─┬─► submit ─► finalize
                  ▲                          │         ├─► search (FLARE / BESTER) ─► submit | edit
                  └──────────────────────────┴─────────┴─► localize (new traceback) | edit
 
@@ -38,7 +38,8 @@ class Step:
 
 
 STEPS = (
-    Step("view", nodes.view, routes.after_view, ("test", "localize"), budgeted=False),
+    Step("view", nodes.view, routes.after_view, ("test", "reproduce", "localize"), budgeted=False),
+    Step("reproduce", nodes.reproduce, routes.after_reproduce, ("localize",)),
     Step("localize", nodes.localize, routes.after_localize, ("edit", "search")),
     Step("edit", nodes.edit, routes.after_edit, ("edit", "test", "submit")),
     Step("test", nodes.test, routes.after_test, ("submit", "search", "localize", "edit")),

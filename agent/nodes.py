@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from typing import Any
 
 from agent import prompts
@@ -65,6 +66,38 @@ def view(state: AgentState, ctx: AgentContext) -> dict:
             "status": "running"}
 
 
+# --- reproduce ------------------------------------------------------------------------------------------------------
+#: outside the repository: the script never shows in `diff()`, so it never enters the patch
+REPRODUCE_PATH = "/tmp/pinpoint-reproduce/reproduce.py"
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def reproduce(state: AgentState, ctx: AgentContext) -> dict:
+    """The model's script that shows the issue, run on the base commit; a failing one feeds localization."""
+    reply = ctx.ask(prompts.reproduce_message(task_of(state).problem_statement), "reproduce")
+    match = _CODE_BLOCK.search(reply)
+    if match is None or not match.group(1).strip():
+        record = {"status": "no_script", "exit_code": None, "output": reply[-2000:], "script": ""}
+    else:
+        record = _run_reproduction(match.group(1), ctx)
+    event = {"kind": "reproduce", **record}
+    note = prompts.reproduction_note(_REPRODUCE_NOTES[record["status"]], record["output"])
+    return {"reproduction": record, "events": [event], "messages": [{"role": "user", "content": note}]}
+
+
+_REPRODUCE_NOTES = {"fails": "fails on the current code, as it should", "passes": "does not fail on the current code "
+                    "(it does not show the issue; it is left out)", "timed_out": "timed out (it is left out)",
+                    "no_script": "was not found in your reply (no ```python block; going on without one)"}
+
+
+def _run_reproduction(script: str, ctx: AgentContext) -> dict:
+    ctx.runtime.write_file(REPRODUCE_PATH, script)
+    result = ctx.runtime.run(f"PYTHONPATH=.:$PYTHONPATH python {REPRODUCE_PATH}",
+                             timeout=ctx.config.agent.reproduce_timeout_s)
+    status = "timed_out" if result.timed_out else ("passes" if result.exit_code == 0 else "fails")
+    return {"status": status, "exit_code": result.exit_code, "output": result.output[-4000:], "script": script}
+
+
 # --- localize -------------------------------------------------------------------------------------------------------
 
 
@@ -72,7 +105,13 @@ def localize(state: AgentState, ctx: AgentContext) -> dict:
     """Fuse every localizer's suspects for the issue (and the last failing test's output); quote the top ones."""
     failure = last_failure(state)
     sources = _execution_sources(ctx)
-    output = failure.output if failure else "\n".join(s.failure_output() for s in sources)
+    reproduction = state.get("reproduction") or {}
+    if failure is not None:
+        output = failure.output
+    elif reproduction.get("status") == "fails":
+        output = reproduction["output"]
+    else:
+        output = "\n".join(s.failure_output() for s in sources)
     request = LocalizationRequest(problem_statement=task_of(state).problem_statement, test_output=output)
     fused, per_signal = _fused_suspects(ctx, request)
     top = fused[: ctx.config.agent.show_suspects]

@@ -31,6 +31,20 @@ def task_message(problem: str, tree: str, hints: str = "", test_command: str | N
     return "\n\n".join(parts)
 
 
+def reproduce_message(problem: str) -> str:
+    """Ask for a script that shows the issue: it runs from the repository root and must fail on the current code."""
+    return (f"Before any fix, write a short Python script that reproduces this issue:\n\n{problem.strip()}\n\n"
+            "The script runs from the repository root with the repository importable. It must fail on the current "
+            "code (an exception or a failed assert naming what is wrong) and succeed once the issue is fixed. "
+            "Reply with the script alone in one ```python block; it is run as is and never becomes part of the "
+            "patch.")
+
+
+def reproduction_note(status: str, output: str) -> str:
+    """What the model reads after its script ran."""
+    return f"Your reproduction script {status}. Its output (tail):\n{test_feedback(output)}"
+
+
 def suspects_message(suspects: list[Suspect], snippets: dict[int, str], test_output: str = "") -> str:
     """The ranked suspects with their evidence and the code they point at."""
     if not suspects:

@@ -52,8 +52,16 @@ def new_locations(state: AgentState, output: str) -> bool:
 
 @_unless_finished
 def after_view(state: AgentState, cfg: Config) -> str:
-    """A known test command runs first (its failure feeds localization); else localize from the issue alone."""
-    return "test" if task_of(state).test_command else "localize"
+    """A known test command runs first (its failure feeds localization); else the model's reproduction, when asked;
+    else localize from the issue alone."""
+    if task_of(state).test_command:
+        return "test"
+    return "reproduce" if cfg.agent.reproduce else "localize"
+
+
+@_unless_finished
+def after_reproduce(state: AgentState, cfg: Config) -> str:
+    return "localize"
 
 
 @_unless_finished

@@ -55,6 +55,8 @@ class AgentState(TypedDict, total=False):
     candidates: Annotated[list[dict], operator.add]
     #: the working tree's diff after the last node that may change it (re-applied on resume)
     patch: str
+    #: the reproduce node's script run: {"status", "exit_code", "output", "script"}; "fails" feeds localization
+    reproduction: dict
     #: the best tested patch so far: its test-run record plus "patch"
     best: dict
     steps: int

@@ -63,3 +63,53 @@ def test_a_run_with_a_test_command_uses_spectrum_and_ldb_and_records_the_traces(
     top = localize["signals"]["spectrum"][0]
     assert (top["path"], top["start_line"]) == (demo.buggy_path, demo.buggy_lines[0])
     assert localize["signals"]["ldb"]
+
+
+REPRO = ("```python\nfrom numeric.functions import truncate_number\n"
+         "assert truncate_number(3.5) == 0.5, truncate_number(3.5)\n```")
+
+
+def _reproduce_run(demo, tmp_path, first_reply):
+    from fake_llm_server import text
+
+    script = [text(first_reply), tool_call("str_replace_editor", FIX), tool_call("submit", {}),
+              tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        config = load_config(**{"llm.base_url": fake.base_url, "llm.model": "fake", "search.policy": "none",
+                                "llm.max_retries": 0, "agent.reproduce": True})
+        no_oracle = type(demo.task)(demo.task.instance_id, demo.task.problem_statement)  # the issue alone
+        with LocalRuntime(demo.path) as runtime:
+            result = run_task(no_oracle, runtime, config, run_dir=tmp_path / "run", clients=make_clients(config.llm))
+            tree = runtime.diff()
+    return result, json.loads(result.trajectory.read_text()), tree
+
+
+def test_a_failing_reproduction_feeds_localization_and_stays_out_of_the_patch(demo, tmp_path):
+    result, trajectory, tree = _reproduce_run(demo, tmp_path, REPRO)
+    nodes = [e["node"] for e in trajectory["events"] if e["kind"] == "node"]
+    assert nodes[:3] == ["view", "reproduce", "localize"]
+    (event,) = [e for e in trajectory["events"] if e["kind"] == "reproduce"]
+    assert event["status"] == "fails" and "AssertionError" in event["output"] and "1.5" in event["output"]
+    localize = next(e for e in trajectory["events"] if e["kind"] == "localize")
+    assert localize["signals"]["traceback"], "the reproduction's traceback reached the traceback signal"
+    assert result.status == "submitted" and "reproduce" not in result.patch and tree == result.patch
+    assert {line[6:] for line in result.patch.splitlines() if line.startswith("+++ ")} == {"numeric/functions.py"}
+
+
+def test_a_reproduction_that_passes_or_is_missing_is_recorded_and_the_run_goes_on(demo, tmp_path):
+    passing = "```python\nprint('all good')\n```"
+    for reply, status in ((passing, "passes"), ("I cannot write one.", "no_script")):
+        result, trajectory, _ = _reproduce_run(demo, tmp_path / status, reply)
+        (event,) = [e for e in trajectory["events"] if e["kind"] == "reproduce"]
+        assert event["status"] == status and result.status == "submitted"
+
+
+def test_after_view_reproduces_only_when_asked_and_a_test_command_comes_first():
+    from agent import routes
+    from agent.state import Task, initial_state
+
+    issue, command = Task("t", "issue"), Task("t", "issue", test_command="pytest -q")
+    on, off = load_config(**{"agent.reproduce": True}), load_config()
+    assert routes.after_view(initial_state(issue), on) == "reproduce"
+    assert routes.after_view(initial_state(issue), off) == "localize"
+    assert routes.after_view(initial_state(command), on) == "test"
