@@ -21,17 +21,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from localization.blocks import innermost_function
+from localization.blocks import FunctionSpan, innermost_function
 from localization.data import patch_gold_lines
 from localization.execution import Sources
 from localization.fusion import reciprocal_rank_fusion, top_lines
+from localization.learned_fusion import LineRecord, line_records
 from localization.retrieval import is_test_path
 from localization.suspects import Suspect
 
 FILE_KS, FUNCTION_KS, LINE_KS = (1, 3, 5), (1, 5, 10), (1, 5, 10)
 SETTINGS = ("issue", "oracle")
 #: the cache folder's version: rows of an older layout are computed again
-ROW_VERSION = 2
+ROW_VERSION = 3
 #: each signal's own suspects kept per row
 KEPT_SUSPECTS = 50
 #: signals the agent fuses in each setting (the baselines are measured, not fused)
@@ -94,6 +95,26 @@ def score(views: tuple[list[str], list[tuple[str, str]], list], gold: Gold) -> d
     return hits
 
 
+def spans_json(sources: Sources, paths: Sequence[str]) -> dict[str, list[list]]:
+    """The function spans of `paths`, so a row's rankings can be read as functions again without the repository."""
+    return {p: [[s.qualname, s.first_line, s.def_line, s.end_line] for s in sources.functions(p)]
+            for p in dict.fromkeys(paths)}
+
+
+def row_sources(row: dict) -> Sources:
+    """A `Sources` that knows a cached row's function spans (and no file text)."""
+    sources = Sources(files={})
+    sources.spans = {p: [FunctionSpan(*s) for s in spans] for p, spans in row.get("spans", {}).items()}
+    return sources
+
+
+def structured(signals: dict[str, list[Suspect]], records: Sequence[LineRecord], sources: Sources) -> dict:
+    """What a learned fusion trains on without running the row again: the spectrum's line records and the function
+    spans of every file a kept suspect or record is in."""
+    paths = [s.path for v in signals.values() for s in v[:KEPT_SUSPECTS]] + [r.path for r in records]
+    return {"lines": [r.to_dict() for r in records], "spans": spans_json(sources, paths)}
+
+
 def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, sources: Sources) -> dict:
     """Per-signal hits, and the fused ranking's (reciprocal rank over the setting's signals)."""
     fused = reciprocal_rank_fusion({n: s for n, s in signals.items() if n in FUSED[setting] and s})
@@ -121,7 +142,7 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
         started = time.monotonic()
         row = compute(instance)
         row.update(instance_id=instance.instance_id, repo=instance.repo, setting=setting,
-                   seconds=round(time.monotonic() - started, 1))
+                   created_at=instance.created_at, seconds=round(time.monotonic() - started, 1))
         path.write_text(json.dumps(row, indent=1))
         rows.append(row)
         log(f"{instance.instance_id} [{setting}]: " + _headline(row))
@@ -158,11 +179,13 @@ def issue_row(instance) -> dict:
         sources = Sources(runtime)
         gold = gold_of(instance.patch, sources)
         signals = issue_signals(runtime, instance.problem_statement)
-        return {**_gold_json(gold), "signals": evaluate_row(signals, "issue", gold, sources)}
+        return {**_gold_json(gold), "signals": evaluate_row(signals, "issue", gold, sources),
+                **structured(signals, [], sources)}
 
 
-def execution_signals(runtime, tests, budget_s: float) -> tuple[dict, dict]:
-    """`traceback`, `spectrum` and `ldb` from the oracle's failing tests in `runtime`, and what the runs cost."""
+def execution_signals(runtime, tests, budget_s: float) -> tuple[dict, dict, list[LineRecord]]:
+    """`traceback`, `spectrum` and `ldb` from the oracle's failing tests in `runtime`, what the runs cost, and the
+    spectrum's line records."""
     from localization.failing_tests import ExecutionSignals, FailingTests
     from localization.retrieval import RetrievalLocalizer
     from localization.suspects import LocalizationRequest
@@ -177,7 +200,7 @@ def execution_signals(runtime, tests, budget_s: float) -> tuple[dict, dict]:
     cost = {"execution_seconds": round(time.monotonic() - started, 1),
             "failing_test_seconds": round(sum(t.duration_s for t in evidence.failing), 2),
             "traced": evidence.summary(), "failing_failed": len(evidence.failing), "failing_given": len(tests.failing)}
-    return signals, cost
+    return signals, cost, line_records(evidence)
 
 
 def oracle_row(instance, budget_s: float = 300.0) -> dict:
@@ -192,10 +215,10 @@ def oracle_row(instance, budget_s: float = 300.0) -> dict:
         sources = Sources(runtime)
         gold = gold_of(instance.patch, sources)
         signals = issue_signals(runtime, instance.problem_statement)
-        execution, cost = execution_signals(runtime, tests, budget_s)
+        execution, cost, records = execution_signals(runtime, tests, budget_s)
         signals.update(execution)
-        return {**_gold_json(gold), "cost": cost,
-                "signals": evaluate_row(signals, "oracle", gold, sources)}
+        return {**_gold_json(gold), "cost": cost, "signals": evaluate_row(signals, "oracle", gold, sources),
+                **structured(signals, records, sources)}
 
 
 def guarded(compute: Callable[[object], dict]) -> Callable[[object], dict]:

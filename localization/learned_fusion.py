@@ -1,0 +1,275 @@
+"""A learned fusion of every signal to lines: a logistic regression over per-line features (the coverage spectrum's
+counts and scores, how near the failing tests' deepest frames a line is, the rank and width of each signal's best
+span holding it, its file's rank per signal, how many signals support it), in place of reciprocal rank.
+
+Reciprocal rank only sees ranks, so it cannot tell a line every failing and no passing test runs from one that ties
+with a hundred others on Ochiai, nor weigh a traceback's frame above a BM25 file. The ranker reads those as
+features. Candidates are the lines the failing tests ran (their `LineRecord`s) and the lines of each signal's narrow
+spans; the model scores each, and `LearnedFusion` returns the top lines as `learned` suspects, followed by the
+reciprocal-rank list (so file- and function-level suspects keep their places after the lines).
+
+The model is small JSON (`checkpoints/fusion.json`): feature names, the scaler's means and scales, the weights.
+Scoring needs only numpy; training uses scikit-learn.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from localization.execution import ExecutionEvidence, rank_lines
+from localization.fusion import reciprocal_rank_fusion
+from localization.suspects import Suspect
+
+SIGNALS = ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb")
+#: spectrum lines kept per row and per localization (by spectrum rank; the failing tests' deepest files first)
+MAX_RECORDS = 400
+#: spans wider than this (whole files, big classes) rank files, not lines
+MAX_SPAN = 80
+MAX_CANDIDATES = 800
+#: learned line suspects returned before the reciprocal-rank list
+MAX_LINES = 100
+RRF_K = 60.0
+CHECKPOINT = Path(__file__).with_name("checkpoints") / "fusion.json"
+
+
+# -- what the ranker reads ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LineRecord:
+    """A line some failing test ran: its spectrum (`rank` is its place in the Ochiai order), its distance from the
+    failing tests' deepest frames (0: a deepest frame; None: in no frame), how close to a failing test's end it ran
+    (0: the last line; None: not among the recent, or not recorded)."""
+
+    path: str
+    line: int
+    ef: int
+    ep: int
+    failed: int
+    passed: int
+    ochiai: float
+    dstar: float
+    rank: int
+    frame_depth: int | None = None
+    recency: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping) -> LineRecord:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+def frame_depths(evidence: ExecutionEvidence) -> dict[tuple[str, int], int]:
+    """Per line in a failing test's traceback, its smallest distance from that traceback's deepest frame."""
+    depths: dict[tuple[str, int], int] = {}
+    for test in evidence.failing:
+        for depth, frame in enumerate(reversed(test.frames)):
+            key = (frame.path, frame.line)
+            depths[key] = min(depth, depths.get(key, depth))
+    return depths
+
+
+def line_records(evidence: ExecutionEvidence | None, limit: int = MAX_RECORDS) -> list[LineRecord]:
+    """The spectrum's best `limit` lines as records (none without evidence or failing runs)."""
+    if evidence is None or not evidence.failing:
+        return []
+    depths = frame_depths(evidence)
+    return [LineRecord(s.path, s.line, s.ef, s.ep, s.failed, s.passed, round(s.ochiai, 6), round(s.dstar, 6), rank,
+                       depths.get((s.path, s.line)), getattr(s, "recency", None))
+            for rank, s in enumerate(rank_lines(evidence)[:limit])]
+
+
+class _SignalIndex:
+    """One signal's suspects by path, for the best (lowest-rank) span holding a line and a file's rank."""
+
+    def __init__(self, suspects: Sequence[Suspect]) -> None:
+        self.by_path: dict[str, list[tuple[int, Suspect]]] = {}
+        self.file_rank: dict[str, int] = {}
+        for rank, s in enumerate(suspects):
+            self.by_path.setdefault(s.path, []).append((rank, s))
+            self.file_rank.setdefault(s.path, len(self.file_rank))
+
+    def best(self, path: str, line: int) -> tuple[int, Suspect] | None:
+        return next(((r, s) for r, s in self.by_path.get(path, ()) if s.start_line <= line <= s.end_line), None)
+
+
+def candidates(per_signal: Mapping[str, Sequence[Suspect]], records: Sequence[LineRecord],
+               limit: int = MAX_CANDIDATES) -> list[tuple[str, int]]:
+    """The lines the failing tests ran, then the lines of every signal's narrow spans taken rank by rank across
+    signals, at most `limit`."""
+    out = dict.fromkeys((r.path, r.line) for r in records)
+    narrow = [(rank, s) for suspects in per_signal.values() for rank, s in enumerate(suspects)
+              if s.end_line - s.start_line < MAX_SPAN]
+    for _rank, s in sorted(narrow, key=lambda item: item[0]):
+        for line in range(s.start_line, s.end_line + 1):
+            if len(out) >= limit:
+                return list(out)
+            out.setdefault((s.path, line))
+    return list(out)[:limit]
+
+
+def _spectrum_features(record: LineRecord | None, ties: int) -> list[float]:
+    if record is None:
+        return [0.0] * 10
+    dstar = record.dstar / (1.0 + record.dstar)
+    recent = [1.0, 1.0 / (1.0 + record.recency)] if record.recency is not None else [0.0, 0.0]
+    return [1.0, record.ochiai, dstar, record.ef / max(1, record.failed), record.ep / max(1, record.passed),
+            1.0 / (1.0 + record.rank), math.log1p(record.rank) / math.log1p(MAX_RECORDS), math.log1p(ties), *recent]
+
+
+def _frame_features(record: LineRecord | None) -> list[float]:
+    depth = record.frame_depth if record is not None else None
+    if depth is None:
+        return [0.0, 0.0, 0.0]
+    return [1.0, float(depth == 0), 1.0 / (1.0 + depth)]
+
+
+def _signal_features(index: _SignalIndex, path: str, line: int) -> list[float]:
+    """The rank and width of the signal's best span holding the line, whether it is the line itself, the file's
+    rank in the signal."""
+    file_rank = index.file_rank.get(path)
+    file_rr = 1.0 / (1.0 + file_rank) if file_rank is not None else 0.0
+    found = index.best(path, line)
+    if found is None:
+        return [0.0, 0.0, 0.0, file_rr]
+    rank, s = found
+    width = s.end_line - s.start_line + 1
+    return [1.0 / (1.0 + rank), math.log1p(width) / math.log(1000.0), float(width == 1), file_rr]
+
+
+def _support_features(signal_rows: list[list[float]], ranks: list[int | None]) -> list[float]:
+    """How many signals hold the line, hold its file, and its reciprocal-rank score (what RRF alone would say)."""
+    holding = sum(1 for r in ranks if r is not None)
+    files = sum(1 for row in signal_rows if row[3] > 0)
+    rrf = sum(RRF_K / (RRF_K + r + 1) for r in ranks if r is not None)
+    return [float(holding), float(files), rrf]
+
+
+FEATURES = (
+    "spectrum_has", "ochiai", "dstar", "ef_share", "ep_share", "spectrum_rr", "spectrum_log_rank", "ties_log",
+    "recent_has", "recent_rr", "frame_has", "frame_deepest", "frame_rr",
+    *(f"{s}_{f}" for s in SIGNALS for f in ("rr", "width", "line", "file_rr")),
+    "signals_holding", "signals_file", "rrf",
+)
+
+
+def features(per_signal: Mapping[str, Sequence[Suspect]], records: Sequence[LineRecord],
+             lines: Sequence[tuple[str, int]]) -> np.ndarray:
+    """One row of `FEATURES` per candidate line."""
+    by_line = {(r.path, r.line): r for r in records}
+    tie_counts: dict[tuple[float, float], int] = {}
+    for r in records:
+        tie_counts[(r.ochiai, r.dstar)] = tie_counts.get((r.ochiai, r.dstar), 0) + 1
+    indexes = [_SignalIndex(per_signal.get(s, ())) for s in SIGNALS]
+    out = np.zeros((len(lines), len(FEATURES)), dtype=np.float64)
+    for i, (path, line) in enumerate(lines):
+        record = by_line.get((path, line))
+        ties = tie_counts.get((record.ochiai, record.dstar), 0) if record else 0
+        signal_rows = [_signal_features(index, path, line) for index in indexes]
+        ranks = [found[0] if (found := index.best(path, line)) else None for index in indexes]
+        out[i] = [*_spectrum_features(record, ties), *_frame_features(record),
+                  *(v for row in signal_rows for v in row), *_support_features(signal_rows, ranks)]
+    return out
+
+
+# -- the model ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FusionModel:
+    """A standardized logistic regression over `FEATURES`: score = w . (x - mean) / scale + b."""
+
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weights: tuple[float, ...]
+    bias: float
+    trained_on: str = ""
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        if x.size == 0:
+            return np.zeros(len(x))
+        z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
+        return z @ np.asarray(self.weights) + self.bias
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path = CHECKPOINT) -> FusionModel:
+        raw = json.loads(Path(path).read_text())
+        model = cls(**{**raw, **{k: tuple(raw[k]) for k in ("features", "mean", "scale", "weights")}})
+        if model.features != FEATURES:
+            raise ValueError(f"{path} was trained on other features; train it again (pinpoint bench fusion --save)")
+        return model
+
+
+def row_weights(labels: np.ndarray) -> np.ndarray:
+    """Each row's positives and negatives weigh 1 in all, so a row with many candidates does not outweigh others and
+    the rare gold lines are not drowned."""
+    positives = labels.sum()
+    return np.where(labels > 0, 1.0 / max(1, positives), 1.0 / max(1, len(labels) - positives))
+
+
+def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], c: float = 1.0, trained_on: str = "") -> FusionModel:
+    """Fit on (features, labels) per row; rows without a gold candidate carry no ranking and are left out."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    kept = [(x, y) for x, y in groups if y.sum() > 0 and len(y) > y.sum()]
+    if not kept:
+        raise ValueError("no training row has a gold line among its candidates")
+    x = np.vstack([g[0] for g in kept])
+    y = np.concatenate([g[1] for g in kept])
+    weights = np.concatenate([row_weights(g[1]) for g in kept])
+    scaler = StandardScaler().fit(x)
+    scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
+    regression = LogisticRegression(C=c, max_iter=5000).fit((x - scaler.mean_) / scale, y, sample_weight=weights)
+    return FusionModel(FEATURES, tuple(scaler.mean_.tolist()), tuple(scale.tolist()),
+                       tuple(regression.coef_[0].tolist()), float(regression.intercept_[0]), trained_on)
+
+
+# -- fusing -------------------------------------------------------------------------------------------------------
+class LearnedFusion:
+    """Per-signal suspects (and the spectrum's line records, when tests ran) to one list: the model's top lines as
+    `learned` suspects, then the reciprocal-rank fusion for the spans the lines do not cover."""
+
+    def __init__(self, model: FusionModel | None = None, max_lines: int = MAX_LINES) -> None:
+        self.model = model or FusionModel.load()
+        self.max_lines = max_lines
+
+    def rank(self, per_signal: Mapping[str, Sequence[Suspect]], records: Sequence[LineRecord] = ()) -> list[tuple[
+            str, int, float]]:
+        """Candidate lines with their scores, best first (ties: path, line)."""
+        lines = candidates(per_signal, records)
+        scores = self.model.score(features(per_signal, records, lines))
+        order = sorted(range(len(lines)), key=lambda i: (-scores[i], lines[i]))
+        return [(*lines[i], float(scores[i])) for i in order]
+
+    def fuse(self, per_signal: Mapping[str, Sequence[Suspect]], records: Sequence[LineRecord] = ()) -> list[Suspect]:
+        signals = {n: list(v) for n, v in per_signal.items() if v}
+        by_line = {(r.path, r.line): r for r in records}
+        learned = [Suspect(path, line, line, score, "learned", _evidence(signals, by_line.get((path, line)), path,
+                                                                         line))
+                   for path, line, score in self.rank(signals, records)[: self.max_lines]]
+        return learned + reciprocal_rank_fusion(signals)
+
+
+def _evidence(per_signal: Mapping[str, Sequence[Suspect]], record: LineRecord | None, path: str, line: int) -> str:
+    """What supports the line, for the prompt: the spectrum's counts and each signal's span holding it."""
+    parts = []
+    if record is not None:
+        frame = f", {record.frame_depth} frames from a failure's deepest" if record.frame_depth is not None else ""
+        parts.append(f"run by {record.ef}/{record.failed} failing, {record.ep}/{record.passed} passing tests "
+                     f"(ochiai {record.ochiai:.2f}){frame}")
+    for name, suspects in per_signal.items():
+        found = _SignalIndex(suspects).best(path, line)
+        if found is not None:
+            parts.append(f"[{name} #{found[0] + 1}] {found[1].evidence[:160]}")
+    return " | ".join(parts)[:800]
