@@ -20,6 +20,8 @@ LINES_HELP = "top-1/3/10 line accuracy vs baselines on held-out bugs"
 SPEED_HELP = "diagnostic inference time on a 500-line file vs a test run"
 LOCALIZE_HELP = ("every signal alone and fused on SWE-bench rows (issue text; + oracle failing tests in the "
                  "instance container): file/function/line hits vs BM25 and grep")
+FUSION_HELP = ("the learned fusion on cached `bench localize` rows it never trained on (leave one repository out; "
+               "a date split) beside every signal and reciprocal rank")
 RETRIEVAL_HELP = "issue-text retrieval on SWE-bench rows: file Acc@k and line Hit@k vs grep"
 
 
@@ -32,7 +34,8 @@ def register(subparsers) -> None:
                                         (bench, "lines", LINES_HELP, _lines_args),
                                         (bench, "diagnostic", SPEED_HELP, _speed_args),
                                         (bench, "retrieval", RETRIEVAL_HELP, _retrieval_args),
-                                        (bench, "localize", LOCALIZE_HELP, _localize_args)):
+                                        (bench, "localize", LOCALIZE_HELP, _localize_args),
+                                        (bench, "fusion", FUSION_HELP, _fusion_args)):
         add(group.add_parser(name, help=help_text))
     for old, new, add in (("train-diagnostic", "train diagnostic", _train_args),
                           ("eval-localization", "bench lines", _lines_args),
@@ -142,13 +145,39 @@ def _localize(args) -> int:
     compute = {"issue": bench.issue_row, "oracle": lambda i: bench.oracle_row(i, args.budget)}
     report = {}
     for setting in settings:
-        rows = bench.cached_rows(instances, setting, cache, bench.guarded(compute[setting]), log=_log)
+        rows = bench.with_learned(bench.cached_rows(instances, setting, cache, bench.guarded(compute[setting]),
+                                                    log=_log))
         print(bench.format_table(setting, rows))
         print(bench.per_repo(rows))
         report[setting] = {"rows": rows, "totals": bench.totals(rows)}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def _fusion_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--settings", default="issue,oracle", help="issue, oracle, or both (default)")
+    p.add_argument("--cache", type=Path, help="the rows `bench localize` cached (default <cache>/bench-localize)")
+    p.add_argument("--save", action="store_true",
+                   help="then train on every row of each setting and write localization/checkpoints/fusion-<setting>.json")
+    p.set_defaults(func=_fusion)
+
+
+def _fusion(args) -> int:
+    from environments import paths
+    from localization import localize_bench as bench
+    from localization.learned_fusion import checkpoint
+
+    cache = args.cache or paths.cache_dir() / "bench-localize"
+    for setting in [s.strip() for s in args.settings.split(",") if s.strip()]:
+        if setting not in bench.SETTINGS:
+            raise UsageError(f"--settings {args.settings!r}: expected issue, oracle or issue,oracle")
+        rows = bench.cached_folder(cache, setting)
+        print(bench.fusion_report(setting, rows), end="\n\n")
+        if args.save:
+            model = bench.train_shipped(rows, setting, checkpoint(setting))
+            print(f"wrote {checkpoint(setting)}: trained on {model.trained_on}")
     return 0
 
 

@@ -8,7 +8,7 @@ features. Candidates are the lines the failing tests ran (their `LineRecord`s) a
 spans; the model scores each, and `LearnedFusion` returns the top lines as `learned` suspects, followed by the
 reciprocal-rank list (so file- and function-level suspects keep their places after the lines).
 
-The model is small JSON (`checkpoints/fusion.json`): feature names, the scaler's means and scales, the weights.
+The models are small JSON (`checkpoints/fusion-oracle.json` when tests ran, `fusion-issue.json` otherwise): feature names, the scaler's means and scales, the weights.
 Scoring needs only numpy; training uses scikit-learn.
 """
 
@@ -35,7 +35,12 @@ MAX_CANDIDATES = 800
 #: learned line suspects returned before the reciprocal-rank list
 MAX_LINES = 100
 RRF_K = 60.0
-CHECKPOINT = Path(__file__).with_name("checkpoints") / "fusion.json"
+CHECKPOINTS = Path(__file__).with_name("checkpoints")
+
+
+def checkpoint(setting: str) -> Path:
+    """The shipped model of a setting: `oracle` (failing tests ran) or `issue` (issue text only)."""
+    return CHECKPOINTS / f"fusion-{setting}.json"
 
 
 # -- what the ranker reads ----------------------------------------------------------------------------------------
@@ -202,7 +207,7 @@ class FusionModel:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
 
     @classmethod
-    def load(cls, path: Path = CHECKPOINT) -> FusionModel:
+    def load(cls, path: Path) -> FusionModel:
         raw = json.loads(Path(path).read_text())
         model = cls(**{**raw, **{k: tuple(raw[k]) for k in ("features", "mean", "scale", "weights")}})
         if model.features != FEATURES:
@@ -238,17 +243,27 @@ def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], c: float = 1.0, train
 # -- fusing -------------------------------------------------------------------------------------------------------
 class LearnedFusion:
     """Per-signal suspects (and the spectrum's line records, when tests ran) to one list: the model's top lines as
-    `learned` suspects, then the reciprocal-rank fusion for the spans the lines do not cover."""
+    `learned` suspects, then the reciprocal-rank fusion for the spans the lines do not cover. Without a `model`,
+    the shipped one of the setting the records say (tests ran or not) is loaded when first needed."""
 
     def __init__(self, model: FusionModel | None = None, max_lines: int = MAX_LINES) -> None:
-        self.model = model or FusionModel.load()
+        self.model = model
         self.max_lines = max_lines
+        self._shipped: dict[str, FusionModel] = {}
+
+    def model_for(self, records: Sequence[LineRecord]) -> FusionModel:
+        if self.model is not None:
+            return self.model
+        setting = "oracle" if records else "issue"
+        if setting not in self._shipped:
+            self._shipped[setting] = FusionModel.load(checkpoint(setting))
+        return self._shipped[setting]
 
     def rank(self, per_signal: Mapping[str, Sequence[Suspect]], records: Sequence[LineRecord] = ()) -> list[tuple[
             str, int, float]]:
         """Candidate lines with their scores, best first (ties: path, line)."""
         lines = candidates(per_signal, records)
-        scores = self.model.score(features(per_signal, records, lines))
+        scores = self.model_for(records).score(features(per_signal, records, lines))
         order = sorted(range(len(lines)), key=lambda i: (-scores[i], lines[i]))
         return [(*lines[i], float(scores[i])) for i in order]
 

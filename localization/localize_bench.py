@@ -17,15 +17,26 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from localization.blocks import FunctionSpan, innermost_function
 from localization.data import patch_gold_lines
 from localization.execution import Sources
 from localization.fusion import reciprocal_rank_fusion, top_lines
-from localization.learned_fusion import LineRecord, line_records
+from localization.learned_fusion import (
+    FusionModel,
+    LearnedFusion,
+    LineRecord,
+    candidates,
+    features,
+    line_records,
+    train,
+)
 from localization.retrieval import is_test_path
 from localization.suspects import Suspect
 
@@ -266,3 +277,102 @@ def per_repo(rows: list[dict], signal: str = "fused") -> str:
         lines.append(f"{repo:<22}{len(mine):>4}" + "".join(f"{values.get(m, 0):>13.2f}"
                                                            for m in ("file@1", "file@5", "function@5", "line@10")))
     return "\n".join(lines)
+
+
+# -- the learned fusion, on rows it never trained on ---------------------------------------------------------------
+#: the date split: train on rows created before, test on those after (about two thirds of the dev rows before)
+DATE_CUT = "2021-07-01"
+
+
+def row_gold(row: dict) -> Gold:
+    return Gold({p: set(ls) for p, ls in row["gold_lines"].items()},
+                frozenset(tuple(f) for f in row["gold_functions"]))
+
+
+def row_inputs(row: dict) -> tuple[dict[str, list[Suspect]], list[LineRecord]]:
+    """A cached row's fused signals' own suspects and its spectrum line records, typed again."""
+    signals = {n: [Suspect(**s) for s in row["signals"][n].get("suspects", [])]
+               for n in FUSED[row["setting"]] if n in row["signals"]}
+    return {n: v for n, v in signals.items() if v}, [LineRecord.from_dict(r) for r in row.get("lines", [])]
+
+
+def row_examples(row: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The row's candidate lines as features, labelled 1 where the reference patch changes them."""
+    signals, records = row_inputs(row)
+    lines = candidates(signals, records)
+    gold = row_gold(row)
+    labels = np.array([float(n in gold.lines.get(p, ())) for p, n in lines])
+    return features(signals, records, lines), labels
+
+
+def learned_hits(model: FusionModel, row: dict) -> dict:
+    """The learned fusion's hits on one row, read as files, functions and lines like every other signal."""
+    signals, records = row_inputs(row)
+    views = ranked_views(LearnedFusion(model).fuse(signals, records), row_sources(row))
+    return {**score(views, row_gold(row)), "top_files": views[0][:5], "top_functions": views[1][:10],
+            "top_lines": views[2][:10]}
+
+
+def learnable(rows: Sequence[dict]) -> list[dict]:
+    """Rows of the current layout that ran (errors and older rows have no line records to learn from)."""
+    return [r for r in rows if not r.get("error") and "spans" in r]
+
+
+def held_out(rows: Sequence[dict], folds: Sequence[tuple[list[dict], list[dict]]]) -> list[dict]:
+    """Each fold's test rows with a `learned` signal from a model trained on that fold's train rows only."""
+    cache = {id(r): row_examples(r) for r in rows}
+    out = []
+    for train_rows, test_rows in folds:
+        if not test_rows:
+            continue
+        model = train([cache[id(r)] for r in train_rows], trained_on=f"{len(train_rows)} rows")
+        for row in test_rows:
+            out.append({**row, "signals": {**row["signals"], "learned": learned_hits(model, row)}})
+    return out
+
+
+def repository_folds(rows: Sequence[dict]) -> list[tuple[list[dict], list[dict]]]:
+    """Leave one repository out: each repository's rows tested on a model trained on every other repository's."""
+    repos = sorted({r["repo"] for r in rows})
+    return [([r for r in rows if r["repo"] != repo], [r for r in rows if r["repo"] == repo]) for repo in repos]
+
+
+def date_folds(rows: Sequence[dict], cut: str = DATE_CUT) -> list[tuple[list[dict], list[dict]]]:
+    """One fold: train on rows created before `cut`, test on the rows created on or after it."""
+    return [([r for r in rows if r["created_at"] < cut], [r for r in rows if r["created_at"] >= cut])]
+
+
+def with_learned(rows: list[dict]) -> list[dict]:
+    """Every row, those that can be learned from with their leave-one-repository-out `learned` hits."""
+    done = {r["instance_id"]: r for r in held_out(learnable(rows), repository_folds(learnable(rows)))}
+    return [done.get(r.get("instance_id"), r) for r in rows]
+
+
+def fusion_report(setting: str, rows: list[dict]) -> str:
+    """Both held-out splits as tables: every single signal, reciprocal-rank fusion (`fused`) and `learned`."""
+    rows = learnable(rows)
+    if len({r["repo"] for r in rows}) < 2:
+        return f"setting {setting}: {len(rows)} rows of the current layout, too few repositories to hold one out"
+    parts = []
+    for name, folds in (("leave one repository out", repository_folds(rows)), (f"date split at {DATE_CUT}",
+                                                                               date_folds(rows))):
+        tested = held_out(rows, folds)
+        trained = sorted({len(train_rows) for train_rows, test_rows in folds if test_rows})
+        repos = ", ".join(f"{repo} {n}" for repo, n in sorted(Counter(r["repo"] for r in tested).items()))
+        parts.append(f"{name} (train rows per fold: {trained}; tested: {repos})\n" + format_table(setting, tested))
+    return "\n\n".join(parts)
+
+
+def cached_folder(cache: Path, setting: str) -> list[dict]:
+    """Every row of the current layout cached for `setting`, whichever run wrote it."""
+    folder = cache / f"{setting}-v{ROW_VERSION}"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+
+
+def train_shipped(rows: Sequence[dict], setting: str, path: Path) -> FusionModel:
+    """The model trained on every learnable row of a setting, written to `path`."""
+    rows = learnable(rows)
+    repos = ", ".join(f"{repo} {n}" for repo, n in sorted(Counter(r["repo"] for r in rows).items()))
+    model = train([row_examples(r) for r in rows], trained_on=f"{setting}: {len(rows)} dev rows ({repos})")
+    model.save(path)
+    return model
