@@ -82,6 +82,8 @@ class TracedTest:
     lines: dict[str, frozenset[int]] = field(default_factory=dict)
     frames: tuple[Frame, ...] = ()
     blocks: dict[str, FunctionTrace] = field(default_factory=dict)
+    #: the last distinct repository lines the test ran, the most recent first (a failure's neighbourhood)
+    recent: tuple[tuple[str, int], ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -215,7 +217,8 @@ def _test_run(record: dict) -> TracedTest:
         nodeid=record["nodeid"], outcome=record.get("outcome", "error"), message=record.get("message", ""),
         duration_s=float(record.get("duration_s", 0.0)),
         lines={path: frozenset(lines) for path, lines in (record.get("lines") or {}).items()},
-        frames=tuple(Frame(p, int(n), f) for p, n, f in record.get("frames", [])), blocks=blocks)
+        frames=tuple(Frame(p, int(n), f) for p, n, f in record.get("frames", [])), blocks=blocks,
+        recent=tuple((p, int(n)) for p, n in record.get("recent", [])))
 
 
 def covers(wanted: str, nodeid: str) -> bool:
@@ -308,6 +311,8 @@ class LineScore:
     ep: int
     failed: int
     passed: int
+    #: how close to its end a failing test last ran the line (0 = the last line it ran; None: not among the recent)
+    recency: int | None = None
 
     def evidence(self) -> str:
         return (f"run by {self.ef}/{self.failed} failing, {self.ep}/{self.passed} passing tests "
@@ -343,14 +348,32 @@ def rank_lines(evidence: ExecutionEvidence, formula: str = "ochiai", include_tes
                 if include_tests or not _excluded(path):
                     for line in lines:
                         counts.setdefault((path, line), [0, 0])[slot] += 1
+    recency = _recency(failing)
     scores = []
     for (path, line), (ef, ep) in counts.items():
         if ef:
             o, d = ochiai(ef, ep, len(failing)), dstar(ef, ep, len(failing))
             main, other = (o, d) if formula == "ochiai" else (d, o)
-            scores.append((main, other, LineScore(path, line, main, o, d, ef, ep, len(failing), len(passing))))
-    scores.sort(key=lambda s: (-s[0], -s[1], s[2].path, s[2].line))
+            seen = recency.get((path, line))
+            scores.append((main, other, LineScore(path, line, main, o, d, ef, ep, len(failing), len(passing), seen)))
+    # ties (common: a fault run by passing tests too shares its counts with its whole path) go to the line a failing
+    # test ran last: a failure surfaces soon after the fault, and the failure's reporting runs only in the test file
+    scores.sort(key=lambda s: (-s[0], -s[1], RECENT_UNSEEN if s[2].recency is None else s[2].recency,
+                               s[2].path, s[2].line))
     return [s[2] for s in scores]
+
+
+#: the recency of a line no failing test ran recently: after every line one did
+RECENT_UNSEEN = 10**9
+
+
+def _recency(failing: list[TracedTest]) -> dict[tuple[str, int], int]:
+    """Per line, its best position in the failing tests' most-recent-first lists."""
+    best: dict[tuple[str, int], int] = {}
+    for test in failing:
+        for position, key in enumerate(test.recent):
+            best[key] = min(position, best.get(key, position))
+    return best
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ Where the environment has no pytest (sympy's), plain `file::function` ids are im
 from __future__ import annotations
 
 import collections
+import heapq
 import importlib
+import itertools
 import json
 import os
 import re
@@ -26,6 +28,8 @@ import time
 import traceback
 
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: distinct lines kept per test in the order they last ran (the ones nearest a failure come first)
+RECENT_LINES = 200
 SKIP_PARTS = ("site-packages", "dist-packages", os.sep + ".git" + os.sep, os.sep + ".tox" + os.sep)
 
 
@@ -83,7 +87,7 @@ class Recorder:
         names = [n for n in local if not n.startswith("__")][:30]
         return {n: self.value(local[n]) for n in names if not _boring(local[n])}
 
-    def tracer(self, lines):
+    def tracer(self, lines, clock):
         """A fresh local trace function for one call (a generator's resumption counts as one call)."""
         call = {"call": self.calls, "steps": [], "tail": collections.deque(maxlen=self.keep), "omitted": 0}
         self.calls += 1
@@ -112,7 +116,7 @@ class Recorder:
         def local(frame, event, arg):
             if event == "line":
                 raised[0] = None
-                lines.add(frame.f_lineno)
+                lines[frame.f_lineno] = next(clock)
                 block = self.line_block.get(frame.f_lineno)
                 if block is not None and block != current[0]:
                     if current[0] is not None:
@@ -152,7 +156,8 @@ class Tracer:
         self.root = os.path.realpath(root)
         self.own = os.path.realpath(__file__)
         self.files = {}
-        self.lines = {}
+        self.lines = {}  # path -> {line: the tick of its last execution}
+        self.clock = itertools.count()
         self.options = options
         self.recorders = {}
         for target in options.get("targets", []):
@@ -185,14 +190,15 @@ class Tracer:
         rel = self.relative(frame.f_code.co_filename)
         if rel is None:
             return None
-        lines = self.lines.setdefault(rel, set())
+        lines = self.lines.setdefault(rel, {})
         rec = self.recorder(frame.f_code) if self.recorders else None
+        clock = self.clock
         if rec is not None:
-            return rec.tracer(lines)
+            return rec.tracer(lines, clock)
 
         def local(frame, event, arg):
             if event == "line":
-                lines.add(frame.f_lineno)
+                lines[frame.f_lineno] = next(clock)
             return local
 
         return local
@@ -208,8 +214,11 @@ class Tracer:
         self.active = False
 
     def take(self):
-        """This test's covered lines and block traces; clears both for the next test."""
+        """This test's covered lines, the most recently run of them (closest to a failure first), and block traces;
+        clears them for the next test."""
         lines = {path: sorted(found) for path, found in self.lines.items() if found}
+        ticks = [(tick, path, line) for path, found in self.lines.items() for line, tick in found.items()]
+        recent = [[path, line] for _, path, line in heapq.nlargest(RECENT_LINES, ticks)]
         blocks = {}
         for recs in self.recorders.values():
             for rec in recs:
@@ -217,7 +226,7 @@ class Tracer:
                     blocks[rec.target["key"]] = rec.result()
                 rec.reset()
         self.lines = {}
-        return lines, blocks
+        return lines, recent, blocks
 
 
 def _cut(text, limit=2000):
@@ -327,7 +336,7 @@ class Plugin:
             test["message"] = f"timed out after {self.per_test:g}s; {test['message']}"
         test["duration_s"] = round(time.time() - test.pop("started"), 3)
         test.pop("timed_out")
-        test["lines"], test["blocks"] = self.tracer.take()
+        test["lines"], test["recent"], test["blocks"] = self.tracer.take()
         self.sink.write(test)
 
     def missing(self, code):
@@ -430,7 +439,7 @@ def run_plain(options, sink, tracer, started, why):
             continue
         record.update(_call_plain(test, tracer, per_test))
         record["duration_s"] = round(time.time() - began, 3)
-        record["lines"], record["blocks"] = tracer.take()
+        record["lines"], record["recent"], record["blocks"] = tracer.take()
         sink.write(record)
     return {"status": "finished", "error": "", "exit_code": 0, "pytest": f"none ({why}); plain calls"}
 
