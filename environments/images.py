@@ -128,14 +128,19 @@ def ensure_base_image(python_version: str, *, allow_nearest: bool = False, log=p
     return ensure_base_image(nearest, log=log)
 
 
+#: registry images this process could not pull (no registry here): not tried again
+_UNPULLABLE: set[str] = set()
+
+
 def _pull_slim(python_version: str, tag: str, log) -> bool:
     """Base image from python:X.Y-slim when a registry answers (git added); False when it does not."""
-    if os.environ.get("PINPOINT_NO_PULL"):
-        return False
     source = f"python:{python_version}-slim"
+    if os.environ.get("PINPOINT_NO_PULL") or source in _UNPULLABLE:
+        return False
     try:
         engine.client().images.pull(source)
     except docker.errors.APIError as exc:
+        _UNPULLABLE.add(source)  # asked again for every instance of a batch otherwise, with the same answer
         log(f"pinpoint: cannot pull {source} ({str(exc).splitlines()[0][:200]}); building from Debian instead")
         return False
     commit_build_step(
