@@ -86,6 +86,9 @@ class AgentSection:
     oracle_tests: bool = False
     #: tool observations longer than this are truncated (the tools also truncate)
     max_observation_chars: int = 12_000
+    #: how the signals' suspects become one list: reciprocal rank, or the learned ranker over per-line features
+    #: (localization/learned_fusion.py; it did not beat reciprocal rank on held-out rows, docs/localization.md)
+    fusion: Literal["rrf", "learned"] = "rrf"
 
 
 @dataclass

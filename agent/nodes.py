@@ -16,6 +16,7 @@ from agent.search import Node, SearchResult, bester_search, flare_refine
 from agent.state import AgentState, last_failure, run_key, task_of, test_command_of
 from environments.runtime import RuntimeFailure
 from localization.fusion import fuse_localizers, reciprocal_rank_fusion
+from localization.learned_fusion import LearnedFusion, line_records
 from localization.retrieval import is_test_path
 from localization.suspects import LocalizationRequest, Suspect
 from swebench_eval.metrics import edited_lines
@@ -130,15 +131,24 @@ def _execution_sources(ctx: AgentContext) -> list:
 def _fused_suspects(ctx: AgentContext, request: LocalizationRequest) -> tuple[list[Suspect], dict[str, list[Suspect]]]:
     """Every signal's suspects and their fusion. Signals that read code (the diagnostic model) and found nothing
     from the text alone get the source of the files the others point at, and the fusion is redone."""
-    fused, per_signal = fuse_localizers(ctx.localizers, request)
+    _, per_signal = fuse_localizers(ctx.localizers, request)
+    fused = _fuse(ctx, per_signal)
     waiting = [loc for loc in ctx.localizers if not per_signal.get(loc.name)]
     paths = list(dict.fromkeys(s.path for s in fused if s.path.endswith(".py") and not is_test_path(s.path)))
     if waiting and paths:
         request.files = {p: ctx.runtime.read_text(p) for p in paths[: ctx.config.agent.localize_files]}
         for loc in waiting:
             per_signal[loc.name] = list(loc.localize(request))
-        fused = reciprocal_rank_fusion({n: v for n, v in per_signal.items() if v})
+        fused = _fuse(ctx, per_signal)
     return fused, per_signal
+
+
+def _fuse(ctx: AgentContext, per_signal: dict[str, list[Suspect]]) -> list[Suspect]:
+    """`agent.fusion`: reciprocal rank, or the learned ranker over the suspects and the traced tests' lines."""
+    signals = {n: v for n, v in per_signal.items() if v}
+    if ctx.config.agent.fusion != "learned":
+        return reciprocal_rank_fusion(signals)
+    return LearnedFusion().fuse(signals, [r for src in _execution_sources(ctx) for r in line_records(src.spectrum)])
 
 
 def _search_targets(ctx: AgentContext, per_signal: dict[str, list[Suspect]], fused: list[Suspect]) -> list[dict]:
