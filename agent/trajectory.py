@@ -116,11 +116,13 @@ def render(data: dict[str, Any], console: Console, full: bool = False) -> None:
     candidates = data.get("candidates") or []
     if candidates:
         table = Table(title="search candidates")
-        for col in ("id", "origin", "target", "passed", "failed", "ok", "lines"):
+        for col in ("id", "origin", "target", "status", "passed", "failed", "ok", "lines"):
             table.add_column(col)
-        for c in candidates:
-            table.add_row(c.get("id", ""), c.get("origin", ""), Text(c.get("target", "")), str(c.get("passed")),
-                          str(c.get("failed")), "yes" if c.get("ok") else "no", str(c.get("edited_lines")))
+        for c in candidates:  # a candidate that was never run (a no-op revision) has no counts: shown as "-"
+            counts = ["-" if c.get(k) is None else str(c[k]) for k in ("passed", "failed")]
+            table.add_row(c.get("id", ""), c.get("origin", ""), Text(c.get("target", "")), c.get("status", ""),
+                          *counts, "yes" if c.get("ok") else "no",
+                          "-" if c.get("edited_lines") is None else str(c["edited_lines"]))
         console.print(table)
     for run in data.get("test_runs") or []:
         console.print(Text(f"test ({run.get('source')}) `{run.get('command')}` → exit {run.get('exit_code')}, "
