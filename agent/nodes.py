@@ -27,6 +27,8 @@ from tools.run_tests import TestRun, run_tests
 
 #: tools whose calls the edit node leaves to the test and submit nodes
 DEFERRED = ("run_tests", "submit")
+#: LDB blocks whose recorded state the localize prompt quotes, whatever their fused rank
+TRACED_BLOCKS = 3
 SNIPPET_LINES = 12
 
 
@@ -104,22 +106,27 @@ def _run_reproduction(script: str, ctx: AgentContext) -> dict:
 
 def localize(state: AgentState, ctx: AgentContext) -> dict:
     """Fuse every localizer's suspects for the issue (and the last failing test's output); quote the top ones."""
-    failure = last_failure(state)
     sources = _execution_sources(ctx)
-    reproduction = state.get("reproduction") or {}
-    if failure is not None:
-        output = failure.output
-    elif reproduction.get("status") == "fails":
-        output = reproduction["output"]
-    else:
-        output = "\n".join(s.failure_output() for s in sources)
-    request = LocalizationRequest(problem_statement=task_of(state).problem_statement, test_output=output)
+    request = LocalizationRequest(problem_statement=task_of(state).problem_statement,
+                                  test_output=_failure_output(state, sources))
     fused, per_signal = _fused_suspects(ctx, request)
     top = fused[: ctx.config.agent.show_suspects]
     message = prompts.suspects_message(top, {i: _snippet(ctx, s) for i, s in enumerate(top)}, request.test_output)
+    message += prompts.trace_message(per_signal.get("ldb", [])[:TRACED_BLOCKS])
     event = {"kind": "localize", "signals": {k: [s.to_dict() for s in v[:20]] for k, v in per_signal.items()}}
     return {"suspects": [s.to_dict() for s in fused[:50]], "targets": _search_targets(ctx, per_signal, fused),
             "events": [s.record() for s in sources] + [event], "messages": [{"role": "user", "content": message}]}
+
+
+def _failure_output(state: AgentState, sources: list) -> str:
+    """What failed, for the traceback signal: the last test run, else a failing reproduction, else traced tests."""
+    failure = last_failure(state)
+    reproduction = state.get("reproduction") or {}
+    if failure is not None:
+        return failure.output
+    if reproduction.get("status") == "fails":
+        return reproduction["output"]
+    return "\n".join(s.failure_output() for s in sources)
 
 
 def _execution_sources(ctx: AgentContext) -> list:

@@ -59,6 +59,16 @@ def suspects_message(suspects: list[Suspect], snippets: dict[int, str], test_out
     return "\n".join(lines)
 
 
+def trace_message(blocks: list[Suspect]) -> str:
+    """The failing run's recorded state after its most suspicious basic blocks (LDB), for the model to judge."""
+    if not blocks:
+        return ""
+    lines = ["\n\nExecution trace of the failing test (LDB: the blocks that behaved most unlike the passing runs, "
+             "with the variables after each; judge which value first goes wrong):"]
+    lines += [f"- {b.path}:{b.start_line}-{b.end_line}: {b.evidence}" for b in blocks]
+    return "\n".join(lines)
+
+
 def review_message(diff: str, edited_lines: int) -> str:
     return (
         f"Review your patch before it is accepted ({edited_lines} edited lines):\n```diff\n{diff.rstrip()}\n```\n"

@@ -63,6 +63,9 @@ def test_a_run_with_a_test_command_uses_spectrum_and_ldb_and_records_the_traces(
     top = localize["signals"]["spectrum"][0]
     assert (top["path"], top["start_line"]) == (demo.buggy_path, demo.buggy_lines[0])
     assert localize["signals"]["ldb"]
+    prompt = next(m["content"] for m in trajectory["messages"] if "Execution trace of the failing test" in
+                  str(m.get("content")))
+    assert "numeric/functions.py" in prompt.split("Execution trace")[1]  # the traced block's state is quoted
 
 
 REPRO = ("```python\nfrom numeric.functions import truncate_number\n"
