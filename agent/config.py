@@ -73,6 +73,10 @@ class AgentSection:
     #: trace the failing tests (coverage spectrum, then LDB block states of the top functions) when there are
     #: some: the task's pytest test command (`fix --test-cmd`), or the oracle's; the `spectrum` and `ldb` signals
     execution: bool = True
+    #: also ask the LLM for LDB's verdict (correct / wrong, and why) on each block of the top traced function's
+    #: failing run, one query for all blocks: signal `ldb_llm` (off by default: the embedded model's verdicts are
+    #: noise; the LLM-free `ldb` value spectrum runs either way)
+    ldb_llm: bool = False
     #: seconds for each traced test run (a slow suite is cut there, never waited on)
     execution_budget_s: float = 300.0
     #: after `view`, ask the model for a script that shows the issue and run it on the base commit; a failing one

@@ -61,7 +61,8 @@ class RunResult:
         return data
 
 
-def default_localizers(runtime: Runtime, config: Config, failing: FailingTests | None = None) -> list[Localizer]:
+def default_localizers(runtime: Runtime, config: Config, failing: FailingTests | None = None,
+                       ask: Callable[[str], str] | None = None) -> list[Localizer]:
     """Retrieval from the issue text, lexical file ranking, failing-test tracebacks; the coverage spectrum and LDB
     block traces of `failing` tests (`agent.execution`); plus the FLARE diagnostic model (`agent.diagnostic`, its
     checkpoint fine-tuned on repository code) and repair likelihood over its top lines (`agent.repair`) when that
@@ -69,7 +70,8 @@ def default_localizers(runtime: Runtime, config: Config, failing: FailingTests |
     localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), LexicalLocalizer(runtime),
                                    RetrievalLocalizer(runtime, "tests")]
     if failing is not None and config.agent.execution:
-        localizers += ExecutionSignals(runtime, failing, config.agent.execution_budget_s).localizers()
+        execution = ExecutionSignals(runtime, failing, config.agent.execution_budget_s)
+        localizers += execution.localizers(ask if config.agent.ldb_llm else None)
     if config.agent.diagnostic or config.agent.repair:
         from localization import diagnostic, repair
 
@@ -109,10 +111,10 @@ def run_task(
     if fresh:
         db_path.unlink(missing_ok=True)
     client, diverse = clients or make_clients(config.llm)
+    ctx = AgentContext(runtime=runtime, llm=client, diverse_llm=diverse, config=config, localizers=localizers or [])
     if localizers is None:
         failing = pytest_selection(task.test_command) if task.test_command else None
-        localizers = default_localizers(runtime, config, failing)
-    ctx = AgentContext(runtime=runtime, llm=client, diverse_llm=diverse, config=config, localizers=localizers)
+        ctx.localizers = default_localizers(runtime, config, failing, ask=lambda prompt: ctx.ask(prompt, "ldb"))
     writer = TrajectoryWriter(run_dir / "trajectory.json", {
         "task": task.to_dict(), "model": client.config.model, "thread_id": thread_id or task.instance_id,
         "config": {**config.to_dict(), "llm": client.config.to_public_dict()},

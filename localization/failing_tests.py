@@ -14,6 +14,7 @@ localizers over the result; `record()` is what the trajectory keeps: the runs, a
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from environments.runtime import Runtime
@@ -24,7 +25,14 @@ from localization.execution import (
     SpectrumLocalizer,
     collect_spectrum,
 )
-from localization.ldb import LdbLocalizer, collect_block_traces, trace_targets
+from localization.ldb import (
+    LdbLocalizer,
+    collect_block_traces,
+    failing_trace,
+    llm_block_verdicts,
+    llm_ldb_suspects,
+    trace_targets,
+)
 from localization.suspects import LocalizationRequest, Suspect
 
 #: options that change which tests run, kept with their value; any other option is the runner's own business (and
@@ -89,6 +97,7 @@ class ExecutionSignals:
         self.top_functions = top_functions
         self.spectrum: ExecutionEvidence | None = None
         self.traces: ExecutionEvidence | None = None
+        self.ask: Callable[[str], str] | None = None
 
     def collect(self) -> None:
         """Coverage of every selected test, then block states of the top functions (at most once)."""
@@ -101,8 +110,11 @@ class ExecutionSignals:
             self.traces = collect_block_traces(self.runtime, self.spectrum, targets, budget_s=self.budget_s,
                                                python=self.tests.python)
 
-    def localizers(self) -> list:
-        return [_Signal("spectrum", self), _Signal("ldb", self)]
+    def localizers(self, ask: Callable[[str], str] | None = None) -> list:
+        """`spectrum` and `ldb`; with `ask` (an LLM), also `ldb_llm`: LDB's own verdict per block of the top
+        function's failing trace, one query for all its blocks."""
+        self.ask = ask
+        return [_Signal("spectrum", self), _Signal("ldb", self)] + ([_Signal("ldb_llm", self)] if ask else [])
 
     def failure_output(self) -> str:
         """The failing tests' deepest frames and messages as traceback text, for the `traceback` signal."""
@@ -118,7 +130,22 @@ class ExecutionSignals:
         self.collect()
         if name == "spectrum":
             return SpectrumLocalizer(self.spectrum, self.runtime).localize(request)
-        return LdbLocalizer(self.traces).localize(request) if self.traces is not None else []
+        if self.traces is None:
+            return []
+        if name == "ldb_llm":
+            return self._llm_verdicts(request)
+        return LdbLocalizer(self.traces).localize(request)
+
+    def _llm_verdicts(self, request: LocalizationRequest) -> list[Suspect]:
+        """The blocks the LLM judges wrong in the first traced function that a failing test ran."""
+        for function in self.traces.functions.values():
+            trace = failing_trace(self.traces, function.key)
+            source = Sources(self.runtime).text(function.path)
+            if trace is not None and source is not None:
+                verdicts = llm_block_verdicts(self.ask, function, source, trace, task=request.problem_statement,
+                                              failure=request.test_output[-1500:])
+                return llm_ldb_suspects(verdicts, function)
+        return []
 
     def record(self) -> dict:
         """The trajectory's `execution` event: where the tests came from, each run's outcome, the block traces."""

@@ -116,3 +116,23 @@ def test_after_view_reproduces_only_when_asked_and_a_test_command_comes_first():
     assert routes.after_view(initial_state(issue), on) == "reproduce"
     assert routes.after_view(initial_state(issue), off) == "localize"
     assert routes.after_view(initial_state(command), on) == "test"
+
+
+def test_ldb_llm_asks_for_one_verdict_per_block_in_one_query_and_quotes_the_reason(demo, tmp_path):
+    from fake_llm_server import text
+
+    verdict = text("BLOCK-0: wrong - it adds 1.0 to the decimal part, so 3.5 gives 1.5")
+    script = [verdict, tool_call("str_replace_editor", FIX), tool_call("submit", {}), tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        config = load_config(**{"llm.base_url": fake.base_url, "llm.model": "fake", "search.policy": "none",
+                                "llm.max_retries": 0, "agent.ldb_llm": True})
+        with LocalRuntime(demo.path) as runtime:
+            result = run_task(demo.task, runtime, config, run_dir=tmp_path / "run", clients=make_clients(config.llm))
+        asked = fake.chat_requests[0]["messages"][-1]["content"]
+    assert "BLOCK-0" in asked and "truncate_number" in asked  # LDB's query: the blocks and their states
+    trajectory = json.loads(result.trajectory.read_text())
+    assert [e["purpose"] for e in trajectory["events"] if e["kind"] == "llm"][0] == "ldb"
+    localize = next(e for e in trajectory["events"] if e["kind"] == "localize")
+    (judged,) = localize["signals"]["ldb_llm"]
+    assert judged["path"] == demo.buggy_path and "3.5 gives 1.5" in judged["evidence"]
+    assert result.status == "submitted"
