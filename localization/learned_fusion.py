@@ -1,4 +1,4 @@
-"""A learned fusion of every signal to lines: a logistic regression over per-line features (the coverage spectrum's
+"""A learned fusion of every signal to lines: a listwise linear ranker over per-line features (the coverage spectrum's
 counts and scores, how near the failing tests' deepest frames a line is, the rank and width of each signal's best
 span holding it, its file's rank per signal, how many signals support it), in place of reciprocal rank.
 
@@ -9,7 +9,7 @@ spans; the model scores each, and `LearnedFusion` returns the top lines as `lear
 reciprocal-rank list (so file- and function-level suspects keep their places after the lines).
 
 The models are small JSON (`checkpoints/fusion-oracle.json` when tests ran, `fusion-issue.json` otherwise): feature names, the scaler's means and scales, the weights.
-Scoring needs only numpy; training uses scikit-learn.
+Training and scoring need only numpy.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def features(per_signal: Mapping[str, Sequence[Suspect]], records: Sequence[Line
 # -- the model ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FusionModel:
-    """A standardized logistic regression over `FEATURES`: score = w . (x - mean) / scale + b."""
+    """A linear ranker over standardized `FEATURES`: score = w . (x - mean) / scale + b."""
 
     features: tuple[str, ...]
     mean: tuple[float, ...]
@@ -215,29 +215,37 @@ class FusionModel:
         return model
 
 
-def row_weights(labels: np.ndarray) -> np.ndarray:
-    """Each row's positives and negatives weigh 1 in all, so a row with many candidates does not outweigh others and
-    the rare gold lines are not drowned."""
-    positives = labels.sum()
-    return np.where(labels > 0, 1.0 / max(1, positives), 1.0 / max(1, len(labels) - positives))
+def _listwise_loss(w: np.ndarray, groups: Sequence[tuple[np.ndarray, np.ndarray]], l2: float
+                   ) -> tuple[float, np.ndarray]:
+    """Mean over rows of -log P(a gold line | the row), P a softmax of the scores over the row's candidates, plus
+    `l2` |w|^2 / 2; and its gradient."""
+    loss, grad = 0.5 * l2 * float(w @ w), l2 * w
+    for x, y in groups:
+        s = x @ w
+        p = np.exp(s - s.max())
+        p /= p.sum()
+        gold = p * y
+        loss -= math.log(gold.sum()) / len(groups)
+        grad = grad + x.T @ (p - gold / gold.sum()) / len(groups)
+    return loss, grad
 
 
-def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], c: float = 1.0, trained_on: str = "") -> FusionModel:
-    """Fit on (features, labels) per row; rows without a gold candidate carry no ranking and are left out."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
-    kept = [(x, y) for x, y in groups if y.sum() > 0 and len(y) > y.sum()]
+def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], l2: float = 0.1, steps: int = 1500,
+          trained_on: str = "") -> FusionModel:
+    """Fit a listwise ranker on (features, labels) per row: each row is one choice among its candidates (a
+    conditional logit), so rows with hundreds of candidates weigh as much as rows with few, and only the order
+    within a row is learned. Rows without a gold candidate say nothing about order and are left out."""
+    kept = [(x, y) for x, y in groups if 0 < y.sum() < len(y)]
     if not kept:
         raise ValueError("no training row has a gold line among its candidates")
-    x = np.vstack([g[0] for g in kept])
-    y = np.concatenate([g[1] for g in kept])
-    weights = np.concatenate([row_weights(g[1]) for g in kept])
-    scaler = StandardScaler().fit(x)
-    scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
-    regression = LogisticRegression(C=c, max_iter=5000).fit((x - scaler.mean_) / scale, y, sample_weight=weights)
-    return FusionModel(FEATURES, tuple(scaler.mean_.tolist()), tuple(scale.tolist()),
-                       tuple(regression.coef_[0].tolist()), float(regression.intercept_[0]), trained_on)
+    stacked = np.vstack([x for x, _ in kept])
+    mean, scale = stacked.mean(axis=0), stacked.std(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    standard = [((x - mean) / scale, y) for x, y in kept]
+    w = np.zeros(stacked.shape[1])
+    for _ in range(steps):  # convex and smooth on standardized features: plain gradient descent converges
+        w -= 0.5 * _listwise_loss(w, standard, l2)[1]
+    return FusionModel(FEATURES, tuple(mean.tolist()), tuple(scale.tolist()), tuple(w.tolist()), 0.0, trained_on)
 
 
 # -- fusing -------------------------------------------------------------------------------------------------------
