@@ -125,13 +125,13 @@ def _localize_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--every", type=int, help="take every N-th row (a sample across repositories)")
     p.add_argument("--settings", default="issue,oracle", help="issue, oracle, or both (default)")
     p.add_argument("--budget", type=float, default=300.0, help="seconds for each traced test run (default 300)")
-    p.add_argument("--cache", type=Path, help="per-row results (default <cache>/bench-localize); a run resumes")
+    p.add_argument("--cache", type=Path, help="per-row results (default docs/bench/localize in the project, "
+                   "committed, so a later session resumes); a run resumes")
     p.add_argument("--json", type=Path, help="also write every row and the totals here")
     p.set_defaults(func=_localize)
 
 
 def _localize(args) -> int:
-    from environments import paths
     from localization import localize_bench as bench
     from swebench_eval.cli import selection_from_args
 
@@ -141,7 +141,7 @@ def _localize(args) -> int:
     instances = selection_from_args(args).instances
     if not instances:
         raise UsageError("no SWE-bench rows with an offline repository source (see --repos-dir)")
-    cache = args.cache or paths.cache_dir() / "bench-localize"
+    cache = args.cache or bench.ROWS_DIR
     compute = {"issue": bench.issue_row, "oracle": lambda i: bench.oracle_row(i, args.budget)}
     report = {}
     for setting in settings:
@@ -158,18 +158,17 @@ def _localize(args) -> int:
 
 def _fusion_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--settings", default="issue,oracle", help="issue, oracle, or both (default)")
-    p.add_argument("--cache", type=Path, help="the rows `bench localize` cached (default <cache>/bench-localize)")
+    p.add_argument("--cache", type=Path, help="the rows `bench localize` cached (default docs/bench/localize)")
     p.add_argument("--save", action="store_true",
                    help="then train on every row of each setting and write localization/checkpoints/fusion-<setting>.json")
     p.set_defaults(func=_fusion)
 
 
 def _fusion(args) -> int:
-    from environments import paths
     from localization import localize_bench as bench
     from localization.learned_fusion import checkpoint
 
-    cache = args.cache or paths.cache_dir() / "bench-localize"
+    cache = args.cache or bench.ROWS_DIR
     for setting in [s.strip() for s in args.settings.split(",") if s.strip()]:
         if setting not in bench.SETTINGS:
             raise UsageError(f"--settings {args.settings!r}: expected issue, oracle or issue,oracle")

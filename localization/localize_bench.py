@@ -15,6 +15,7 @@ failed, e.g. an image that did not build, is tried again).
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from collections import Counter
@@ -42,6 +43,9 @@ from localization.suspects import Suspect
 
 FILE_KS, FUNCTION_KS, LINE_KS = (1, 3, 5), (1, 5, 10), (1, 5, 10)
 SETTINGS = ("issue", "oracle")
+#: where rows are cached by default: in the project, committed, so the figures in docs/localization.md can be read
+#: back and a run cut short is finished by a later session on another machine
+ROWS_DIR = Path(__file__).resolve().parents[1] / "docs" / "bench" / "localize"
 #: the cache folder's version: rows of an older layout are computed again
 ROW_VERSION = 3
 #: each signal's own suspects kept per row
@@ -145,8 +149,8 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for instance in instances:
-        path = folder / f"{instance.instance_id}.json"
-        cached = json.loads(path.read_text()) if path.exists() else None
+        path = folder / f"{instance.instance_id}.json.gz"
+        cached = read_row(path)
         if cached is not None and not cached.get("error"):  # a row that failed is tried again
             rows.append(cached)
             continue
@@ -154,10 +158,29 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
         row = compute(instance)
         row.update(instance_id=instance.instance_id, repo=instance.repo, setting=setting,
                    created_at=instance.created_at, seconds=round(time.monotonic() - started, 1))
-        path.write_text(json.dumps(row, indent=1))
+        write_row(path, row)
         rows.append(row)
         log(f"{instance.instance_id} [{setting}]: " + _headline(row))
     return rows
+
+
+def read_row(path: Path) -> dict | None:
+    """A cached row (gzip JSON; a plain `.json` beside it from an older run is read too), or None."""
+    for candidate in (path, path.with_suffix("")):
+        if candidate.exists():
+            try:
+                raw = gzip.decompress(candidate.read_bytes()) if candidate.suffix == ".gz" else candidate.read_bytes()
+                return json.loads(raw)
+            except (OSError, EOFError, json.JSONDecodeError):  # a torn write: computed again
+                return None
+    return None
+
+
+def write_row(path: Path, row: dict) -> None:
+    """Written whole or not at all (a killed run leaves no torn row); gzip keeps a committed cache small."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(gzip.compress(json.dumps(row, separators=(",", ":")).encode(), mtime=0))
+    tmp.replace(path)
 
 
 def _headline(row: dict) -> str:
@@ -366,7 +389,9 @@ def fusion_report(setting: str, rows: list[dict]) -> str:
 def cached_folder(cache: Path, setting: str) -> list[dict]:
     """Every row of the current layout cached for `setting`, whichever run wrote it."""
     folder = cache / f"{setting}-v{ROW_VERSION}"
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.exists() else []
+    names = sorted({p.name.removesuffix(".gz") for p in folder.glob("*.json*") if not p.name.endswith(".tmp")})
+    rows = [read_row(folder / f"{name}.gz") for name in names]
+    return [r for r in rows if r is not None]
 
 
 def train_shipped(rows: Sequence[dict], setting: str, path: Path) -> FusionModel:
