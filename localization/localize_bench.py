@@ -152,7 +152,7 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
         path = folder / f"{instance.instance_id}.json.gz"
         cached = read_row(path)
         if cached is not None and not cached.get("error"):  # a row that failed is tried again
-            rows.append(cached)
+            rows.append(rescored(cached))
             continue
         started = time.monotonic()
         row = compute(instance)
@@ -307,6 +307,16 @@ def per_repo(rows: list[dict], signal: str = "fused") -> str:
 DATE_CUT = "2021-07-01"
 
 
+def rescored(row: dict) -> dict:
+    """A cached row's hits computed again from its kept suspects, spans and gold, so the table always reflects the
+    current fusion and line walk (the signals themselves are not run again)."""
+    signals, _ = row_inputs(row)
+    fresh = evaluate_row(signals, row["setting"], row_gold(row), row_sources(row))
+    for name, hits in fresh.items():
+        row["signals"].setdefault(name, {}).update({k: v for k, v in hits.items() if k != "suspects"})
+    return row
+
+
 def row_gold(row: dict) -> Gold:
     return Gold({p: set(ls) for p, ls in row["gold_lines"].items()},
                 frozenset(tuple(f) for f in row["gold_functions"]))
@@ -391,7 +401,7 @@ def cached_folder(cache: Path, setting: str) -> list[dict]:
     folder = cache / f"{setting}-v{ROW_VERSION}"
     names = sorted({p.name.removesuffix(".gz") for p in folder.glob("*.json*") if not p.name.endswith(".tmp")})
     rows = [read_row(folder / f"{name}.gz") for name in names]
-    return [r for r in rows if r is not None]
+    return [r if r.get("error") else rescored(r) for r in rows if r is not None]
 
 
 def train_shipped(rows: Sequence[dict], setting: str, path: Path) -> FusionModel:

@@ -103,7 +103,9 @@ def test_fuse_localizers_keeps_each_signal_and_any_new_signal_plugs_in():
 def test_top_lines_walk_spans_without_letting_one_crowd_out_the_rest():
     suspects = [_s("a.py", 10, 40, "x"), _s("b.py", 3, 3, "x"), _s("a.py", 11, 11, "x")]
     lines = [(p, n) for p, n, _ in top_lines(suspects, 4)]
-    assert lines == [("a.py", 10), ("a.py", 11), ("b.py", 3)]
+    assert lines == [("a.py", 11), ("b.py", 3)]  # the broad span gives the line a narrower suspect names in it
+    alone = [_s("a.py", 10, 40, "x"), _s("b.py", 3, 3, "x")]
+    assert [(p, n) for p, n, _ in top_lines(alone, 4)] == [("a.py", 10), ("a.py", 11), ("b.py", 3)]
 
 
 def test_lexical_signal_ranks_files_by_issue_words_and_skips_tests(local_requests):
