@@ -4,8 +4,8 @@ A `FailingTests` value says which tests to trace and where they came from:
 - `command`: the user's test command (`pinpoint fix --test-cmd`, a local task's `test_command`); a pytest command's
   own selection is traced, and its tests that fail are the failing ones, those that pass the passing ones;
 - `oracle`: an instance's FAIL_TO_PASS tests (its test patch applied), PASS_TO_PASS tests of the same files;
-- `reproduce`: the agent's own reproduction script, wrapped as one test, plus the repository's tests of the files
-  the script ran.
+- `reproduce`: the agent's own reproduction script (the `reproduce` node); today its failing output feeds the
+  `traceback` signal only: a script is not a pytest test, so it is not traced for a spectrum.
 
 `ExecutionSignals` traces them once (coverage per test, then block states of the top functions) and serves two
 localizers over the result; `record()` is what the trajectory keeps: the runs, and the traces the suspects came from.
