@@ -15,6 +15,7 @@ from agent.llm import LLMError, ToolCall
 from agent.search import Node, SearchResult, bester_search, flare_refine
 from agent.state import AgentState, last_failure, run_key, task_of, test_command_of
 from environments.runtime import RuntimeFailure
+from localization.failing_tests import reproduction_tests
 from localization.fusion import fuse_localizers, reciprocal_rank_fusion
 from localization.learned_fusion import LearnedFusion, line_records
 from localization.retrieval import is_test_path
@@ -107,6 +108,7 @@ def _run_reproduction(script: str, ctx: AgentContext) -> dict:
 def localize(state: AgentState, ctx: AgentContext) -> dict:
     """Fuse every localizer's suspects for the issue (and the last failing test's output); quote the top ones."""
     sources = _execution_sources(ctx)
+    _arm_reproduction(state, sources)
     request = LocalizationRequest(problem_statement=task_of(state).problem_statement,
                                   test_output=_failure_output(state, sources))
     fused, per_signal = _fused_suspects(ctx, request)
@@ -127,6 +129,14 @@ def _failure_output(state: AgentState, sources: list) -> str:
     if reproduction.get("status") == "fails":
         return reproduction["output"]
     return "\n".join(s.failure_output() for s in sources)
+
+
+def _arm_reproduction(state: AgentState, sources: list) -> None:
+    """A reproduction that fails becomes the failing test of the execution signals still waiting for one."""
+    if (state.get("reproduction") or {}).get("status") == "fails":
+        for source in sources:
+            if source.tests is None:
+                source.tests = reproduction_tests(REPRODUCE_PATH)
 
 
 def _execution_sources(ctx: AgentContext) -> list:

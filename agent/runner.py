@@ -69,7 +69,7 @@ def default_localizers(runtime: Runtime, config: Config, failing: FailingTests |
     checkpoint is installed; callers may pass any other list."""
     localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), LexicalLocalizer(runtime),
                                    RetrievalLocalizer(runtime, "tests")]
-    if failing is not None and config.agent.execution:
+    if config.agent.execution and (failing is not None or config.agent.reproduce):  # a reproduction arms it later
         execution = ExecutionSignals(runtime, failing, config.agent.execution_budget_s)
         localizers += execution.localizers(ask if config.agent.ldb_llm else None)
     if config.agent.diagnostic or config.agent.repair:

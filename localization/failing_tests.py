@@ -4,8 +4,8 @@ A `FailingTests` value says which tests to trace and where they came from:
 - `command`: the user's test command (`pinpoint fix --test-cmd`, a local task's `test_command`); a pytest command's
   own selection is traced, and its tests that fail are the failing ones, those that pass the passing ones;
 - `oracle`: an instance's FAIL_TO_PASS tests (its test patch applied), PASS_TO_PASS tests of the same files;
-- `reproduce`: the agent's own reproduction script (the `reproduce` node); today its failing output feeds the
-  `traceback` signal only: a script is not a pytest test, so it is not traced for a spectrum.
+- `reproduce`: the agent's own reproduction script (the `reproduce` node), run whole as one traced test
+  (`script::PATH`), plus as passing tests the repository's test files named after the modules the script ran.
 
 `ExecutionSignals` traces them once (coverage per test, then block states of the top functions) and serves two
 localizers over the result; `record()` is what the trajectory keeps: the runs, and the traces the suspects came from.
@@ -33,6 +33,7 @@ from localization.ldb import (
     llm_ldb_suspects,
     trace_targets,
 )
+from localization.retrieval import is_test_path
 from localization.suspects import LocalizationRequest, Suspect
 
 #: options that change which tests run, kept with their value; any other option is the runner's own business (and
@@ -87,10 +88,41 @@ def pytest_selection(command: str) -> FailingTests | None:
     return FailingTests("command", selection or ["."], [], options, python)
 
 
-class ExecutionSignals:
-    """The failing tests traced once, on first use, served as the `spectrum` and `ldb` localizers."""
+def reproduction_tests(script_path: str, python: str = DEFAULT_PYTHON) -> FailingTests:
+    """A reproduction script as failing-test evidence; its passing tests are found once it has run."""
+    return FailingTests("reproduce", [f"{SCRIPT_PREFIX}{script_path}"], [], [], python)
 
-    def __init__(self, runtime: Runtime, tests: FailingTests, budget_s: float = 300.0, top_functions: int = 3):
+
+#: how a test id names a script run whole (the trace runner's `SCRIPT_PREFIX`)
+SCRIPT_PREFIX = "script::"
+#: test files named after the modules a reproduction ran, traced as its passing tests
+RELATED_TEST_FILES = 4
+
+
+def related_test_files(runtime: Runtime, evidence: ExecutionEvidence, limit: int = RELATED_TEST_FILES) -> list[str]:
+    """Test files named after the modules the failing runs ran (`test_<module>.py`, `<module>_test.py`), the
+    module run most first: the repository's own tests of the code the reproduction went through."""
+    counts: dict[str, int] = {}
+    for test in evidence.failing:
+        for path, lines in test.lines.items():
+            if not is_test_path(path) and path.endswith(".py"):
+                stem = path.rsplit("/", 1)[-1][:-3]
+                counts[stem] = counts.get(stem, 0) + len(lines)
+    listing = runtime.run("git ls-files '*.py'", timeout=120).output.splitlines()
+    tests = [p for p in listing if is_test_path(p)]
+    found: list[str] = []
+    for stem in sorted(counts, key=lambda s: -counts[s]):
+        names = {f"test_{stem}.py", f"{stem}_test.py", f"tests_{stem}.py"}
+        found += [p for p in tests if p.rsplit("/", 1)[-1] in names and p not in found]
+    return found[:limit]
+
+
+class ExecutionSignals:
+    """The failing tests traced once, on first use, served as the `spectrum` and `ldb` localizers. Without tests
+    yet (`tests=None`: the reproduction has not run) it waits, and its localizers find nothing."""
+
+    def __init__(self, runtime: Runtime, tests: FailingTests | None, budget_s: float = 300.0,
+                 top_functions: int = 3):
         self.runtime = runtime
         self.tests = tests
         self.budget_s = budget_s
@@ -101,14 +133,21 @@ class ExecutionSignals:
 
     def collect(self) -> None:
         """Coverage of every selected test, then block states of the top functions (at most once)."""
-        if self.spectrum is not None:
+        if self.spectrum is not None or self.tests is None:
             return
-        self.spectrum = collect_spectrum(self.runtime, self.tests.failing, self.tests.passing, budget_s=self.budget_s,
-                                         pytest_args=self.tests.pytest_args, python=self.tests.python)
+        self.spectrum = self._spectrum(self.tests.passing)
+        if self.tests.source == "reproduce" and self.spectrum.failing:
+            related = related_test_files(self.runtime, self.spectrum)
+            if related:
+                self.spectrum = self._spectrum(related)
         targets = trace_targets(self.spectrum, Sources(self.runtime), self.top_functions)
         if targets and self.spectrum.failing:
             self.traces = collect_block_traces(self.runtime, self.spectrum, targets, budget_s=self.budget_s,
                                                python=self.tests.python)
+
+    def _spectrum(self, passing: list[str]) -> ExecutionEvidence:
+        return collect_spectrum(self.runtime, self.tests.failing, passing, budget_s=self.budget_s,
+                                pytest_args=self.tests.pytest_args, python=self.tests.python)
 
     def localizers(self, ask: Callable[[str], str] | None = None) -> list:
         """`spectrum` and `ldb`; with `ask` (an LLM), also `ldb_llm`: LDB's own verdict per block of the top
@@ -120,7 +159,7 @@ class ExecutionSignals:
         """The failing tests' deepest frames and messages as traceback text, for the `traceback` signal."""
         self.collect()
         parts = []
-        for test in self.spectrum.failing:
+        for test in self.spectrum.failing if self.spectrum is not None else []:
             parts.append(f"{test.nodeid} {test.outcome}\nTraceback (most recent call last):")
             parts.extend(f'  File "{f.path}", line {f.line}, in {f.function}' for f in test.frames)
             parts.append(test.message[-1500:])
@@ -128,6 +167,8 @@ class ExecutionSignals:
 
     def suspects(self, name: str, request: LocalizationRequest) -> list[Suspect]:
         self.collect()
+        if self.spectrum is None:
+            return []
         if name == "spectrum":
             return SpectrumLocalizer(self.spectrum, self.runtime).localize(request)
         if self.traces is None:
@@ -149,6 +190,8 @@ class ExecutionSignals:
 
     def record(self) -> dict:
         """The trajectory's `execution` event: where the tests came from, each run's outcome, the block traces."""
+        if self.tests is None:
+            return {"kind": "execution", "source": None, "note": "no failing tests (the reproduction did not fail)"}
         record = {"kind": "execution", "source": self.tests.source, "failing": self.tests.failing,
                   "passing_given": len(self.tests.passing)}
         for name, evidence in (("spectrum", self.spectrum), ("traces", self.traces)):

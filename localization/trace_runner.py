@@ -407,8 +407,28 @@ def run_pytest(pytest, options, sink, tracer, started):
 PLAIN_OUTCOMES = {"Skipped": "skipped", "SkipTest": "skipped", "XFail": "xfailed"}
 
 
+#: a requested id naming a script to run whole, as one test (the agent's reproduction): `script::/abs/path.py`
+SCRIPT_PREFIX = "script::"
+
+
+def _script_test(path):
+    """Run `path` as `__main__`; exiting with status 0 passes, like returning."""
+    import runpy
+
+    def run():
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+
+    return run
+
+
 def _plain_test(nodeid):
     """The callable a `path::name` or `path::Class::name` id names, its module imported as a package module."""
+    if nodeid.startswith(SCRIPT_PREFIX):
+        return _script_test(nodeid[len(SCRIPT_PREFIX):])
     parts = nodeid.split("::")
     if "[" in nodeid or len(parts) not in (2, 3):
         raise LookupError("only plain `file::function` or `file::Class::method` ids run without pytest")
@@ -474,12 +494,17 @@ def main(argv):
     sys.dont_write_bytecode = True
     os.chdir(options["root"])
     tracer = Tracer(options["root"], options)
-    try:
-        import pytest
-    except ImportError as exc:
-        end = run_plain(options, sink, tracer, started, f"import error: {exc}")
-    else:
-        end = run_pytest(pytest, options, sink, tracer, started)
+    scripts = [t for t in options["tests"] if t.startswith(SCRIPT_PREFIX)]
+    options["tests"] = [t for t in options["tests"] if not t.startswith(SCRIPT_PREFIX)]
+    if scripts:  # first: they are the failing evidence, and a short budget must keep them
+        end = run_plain(dict(options, tests=scripts), sink, tracer, started, "scripts run whole")
+    if options["tests"] or not scripts:
+        try:
+            import pytest
+        except ImportError as exc:
+            end = run_plain(options, sink, tracer, started, f"import error: {exc}")
+        else:
+            end = run_pytest(pytest, options, sink, tracer, started)
     sink.write(dict(kind="end", seconds=round(time.time() - started, 3), **end))
     return 0
 

@@ -11,6 +11,7 @@ import pytest
 from fake_llm_server import FakeScriptedLLMServer, tool_call
 
 from agent.config import load_config
+from agent.nodes import REPRODUCE_PATH
 from agent.demo import build_demo_repo
 from agent.runner import make_clients, run_task
 from environments.local import LocalRuntime
@@ -95,6 +96,13 @@ def test_a_failing_reproduction_feeds_localization_and_stays_out_of_the_patch(de
     assert event["status"] == "fails" and "AssertionError" in event["output"] and "1.5" in event["output"]
     localize = next(e for e in trajectory["events"] if e["kind"] == "localize")
     assert localize["signals"]["traceback"], "the reproduction's traceback reached the traceback signal"
+    # the script ran whole under the tracer, with the tests of the module it went through as passing tests
+    (execution,) = [e for e in trajectory["events"] if e["kind"] == "execution"]
+    assert execution["source"] == "reproduce"
+    outcomes = {t["nodeid"]: t["outcome"] for t in execution["spectrum"]["tests"]}
+    assert outcomes[f"script::{REPRODUCE_PATH}"] == "failed"
+    top = localize["signals"]["spectrum"][0]
+    assert (top["path"], top["start_line"]) == (demo.buggy_path, demo.buggy_lines[0])
     assert result.status == "submitted" and "reproduce" not in result.patch and tree == result.patch
     assert {line[6:] for line in result.patch.splitlines() if line.startswith("+++ ")} == {"numeric/functions.py"}
 
