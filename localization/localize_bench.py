@@ -287,7 +287,19 @@ def format_table(setting: str, rows: list[dict]) -> str:
     lines = [head, f"{'signal':<11}" + "".join(f"{m:>13}" for m in METRICS)]
     for name, values in table.items():
         lines.append(f"{name:<11}" + "".join(f"{values[m]:>13.2f}" for m in METRICS))
+    costs = [r["cost"] for r in good if "execution_seconds" in r.get("cost", {})]
+    if costs:
+        lines.append(execution_cost(costs))
     return "\n".join(lines)
+
+
+def execution_cost(costs: Sequence[dict]) -> str:
+    """Tracing's cost beside the failing tests' own run time (the budget: 3x that, plus 30 s)."""
+    within = sum(c["execution_seconds"] <= 3 * c["failing_test_seconds"] + 30 for c in costs)
+    traced = sorted(c["execution_seconds"] for c in costs)
+    own = sorted(c["failing_test_seconds"] for c in costs)
+    return (f"execution cost: median {traced[len(traced) // 2]:.1f} s traced (spectrum + LDB) against "
+            f"{own[len(own) // 2]:.2f} s of the failing tests' own run; within 3x + 30 s on {within}/{len(costs)} rows")
 
 
 def per_repo(rows: list[dict], signal: str = "fused") -> str:
