@@ -26,6 +26,7 @@ from agent.llm import LLMClient, LLMConfig
 from agent.state import Task
 from agent.trajectory import TrajectoryWriter
 from environments.runtime import Runtime
+from localization.bm25 import Bm25Localizer
 from localization.failing_tests import ExecutionSignals, FailingTests, pytest_selection
 from localization.retrieval import LexicalLocalizer, RetrievalLocalizer
 from localization.suspects import Localizer
@@ -63,12 +64,13 @@ class RunResult:
 
 def default_localizers(runtime: Runtime, config: Config, failing: FailingTests | None = None,
                        ask: Callable[[str], str] | None = None) -> list[Localizer]:
-    """Retrieval from the issue text, lexical file ranking, failing-test tracebacks; the coverage spectrum and LDB
+    """Retrieval from the issue text, lexical and BM25 file rankings (what `bench localize` fuses), failing-test
+    tracebacks; the coverage spectrum and LDB
     block traces of `failing` tests (`agent.execution`); plus the FLARE diagnostic model (`agent.diagnostic`, its
     checkpoint fine-tuned on repository code) and repair likelihood over its top lines (`agent.repair`) when that
     checkpoint is installed; callers may pass any other list."""
     localizers: list[Localizer] = [RetrievalLocalizer(runtime, "issue"), LexicalLocalizer(runtime),
-                                   RetrievalLocalizer(runtime, "tests")]
+                                   Bm25Localizer(runtime), RetrievalLocalizer(runtime, "tests")]
     if config.agent.execution and (failing is not None or config.agent.reproduce):  # a reproduction arms it later
         execution = ExecutionSignals(runtime, failing, config.agent.execution_budget_s)
         localizers += execution.localizers(ask if config.agent.ldb_llm else None)
