@@ -19,13 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent.config import Config, load_config
-from agent.runner import RunResult, run_task
+from agent.runner import RunResult
 from agent.solve import Solved, layout_for, load_local_tasks, solve_instance, solve_local
-from agent.state import Task
 from agent.trajectory import load_trajectory, render
 from environments.errors import UsageError
 from swebench_eval.cli import dataset_args, selection_from_args, sources_from_args
-from swebench_eval.layout import dataset_run_id, safe_name
+from swebench_eval.layout import dataset_run_id
 from swebench_eval.predictions import read_predictions
 from swebench_eval.selection import select_one
 
@@ -137,41 +136,17 @@ def _run_all(todo: list[tuple[str, object]], one, workers: int, quiet: bool) -> 
 
 # -- a team's own repository ---------------------------------------------------------------------------------------
 def _cmd_fix(args: argparse.Namespace) -> int:
-    from agent.fix import build_fix_image, create_branch, head_commit, read_issue
+    from agent.fix import FixRequest, create_branch, fix_repository, patch_path, read_issue
 
     config = config_from_args(args)
     issue_id, text = read_issue(args.issue)
-    is_local = Path(args.repo).is_dir()
-    if args.branch and not is_local:
+    request = FixRequest(args.repo, issue_id, text, args.test_cmd, args.local, args.python, args.offline)
+    if args.branch and not request.is_local:
         raise UsageError("--branch needs a local repository path (a git URL has no working copy to branch in)")
     layout = layout_for(config, "fix")
-    task = Task(safe_name(f"{Path(args.repo.rstrip('/')).name}-{issue_id}"), text, repo=args.repo,
-                test_command=args.test_cmd)
-    with tempfile.TemporaryDirectory(prefix="pinpoint-src-") as tmp:
-        source = args.repo
-        if not is_local:  # a URL: clone once so the image and the branch agree on the commit
-            from environments.local import clone_checkout
-
-            source = str(Path(tmp) / "repo")
-            clone_checkout(args.repo, source)
-        commit = head_commit(source)
-        if args.local:
-            from environments.local import LocalRuntime
-
-            runtime = LocalRuntime(source, commit)
-        else:
-            from environments.docker_runtime import DockerRuntime
-
-            image = build_fix_image(source, commit, args.python, network=not args.offline)
-            runtime = DockerRuntime(image, workdir="/testbed", network=False)
-        with runtime:
-            result = run_task(task, runtime, config, run_dir=layout.trajectory_dir(task.instance_id),
-                              meta={"repo": args.repo, "commit": commit})
-    patch_path = layout.folder / f"{task.instance_id}.patch"
-    patch_path.parent.mkdir(parents=True, exist_ok=True)
-    patch_path.write_text(result.patch)
+    result, commit = fix_repository(request, config, layout)
     _print_result(result)
-    console.print(f"[bold]patch[/] {patch_path} ({result.edited_lines['total']} edited lines)")
+    console.print(f"[bold]patch[/] {patch_path(layout, request.task())} ({result.edited_lines['total']} edited lines)")
     if args.branch:
         if not result.patch.strip():
             console.print("[yellow]no branch created: the patch is empty[/]")
@@ -189,13 +164,9 @@ DEMO_DEFAULTS = {"budget.max_steps": 2, "search.k": 3, "search.rounds": 1, "llm.
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from agent.demo import build_demo_repo, line_rank
-    from agent.patches import run_test_command
-    from environments.local import LocalRuntime
-    from swebench_eval.patches import apply_patch
+    from agent.demo import build_demo_repo, run_demo
 
     config = config_from_args(args, DEMO_DEFAULTS)
-    layout = layout_for(config, "demo")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pinpoint-demo-") as tmp:
         demo = build_demo_repo(Path(tmp) / "numeric-helpers", args.bug)
@@ -203,20 +174,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         console.print(f"A real bug from HumanEvalFix ({args.bug}) in a small repository; model: "
                       f"{config.llm.base_url or 'embedded SmolLM2-135M-Instruct (offline; too small to be expected to fix it)'}")
         console.print(f"[bold]issue[/]\n{demo.task.problem_statement}\n")
-        with LocalRuntime(demo.path) as runtime:
-            result = run_task(demo.task, runtime, config, run_dir=layout.trajectory_dir(demo.task.instance_id),
-                              fresh=True)
-            apply_patch(runtime, result.patch)
-            runtime.run("git checkout -- tests", timeout=60)  # the verdict uses the original tests, whatever the run did
-            verdict = run_test_command(runtime, demo.task.test_command, config.agent.test_timeout_s)
-    trajectory = load_trajectory(result.trajectory)
-    render(trajectory, Console(), full=False)
-    rank = line_rank(trajectory.get("suspects") or [], demo.buggy_path, demo.buggy_lines)
+        shown = run_demo(demo, config, layout_for(config, "demo"))
+    render(shown.trajectory, Console(), full=False)
+    result, verdict = shown.result, shown.verdict
     console.rule("[bold]verdict")
     console.print(f"localization: the known buggy line {demo.buggy_path}:{demo.buggy_lines} ranks "
-                  f"{'#' + str(rank) if rank else 'outside the suspects'} among suspect lines")
+                  f"{'#' + str(shown.rank) if shown.rank else 'outside the suspects'} among suspect lines")
     console.print(f"run status: {result.status} {result.detail}".rstrip())
-    console.print(f"search candidates: {len(trajectory.get('candidates') or [])}, "
+    console.print(f"search candidates: {len(shown.trajectory.get('candidates') or [])}, "
                   f"edited lines: {result.edited_lines['total']}")
     console.print(f"tests on the final patch: [{'green' if verdict.ok else 'red'}]"
                   f"{'PASS' if verdict.ok else 'FAIL'}[/] ({verdict.passed} passed, {verdict.failed} failed)")

@@ -16,7 +16,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.config import Config
+from agent.patches import run_test_command
+from agent.runner import RunResult, run_task
 from agent.state import Task
+from agent.trajectory import load_trajectory
+from environments.local import LocalRuntime
+from swebench_eval.layout import RunLayout
+from swebench_eval.patches import apply_patch
+from tools.run_tests import TestRun
 
 DATA = Path(__file__).with_name("demo_tasks.json")
 MODULE = "numeric/functions.py"
@@ -92,3 +100,27 @@ def line_rank(suspects: list[dict], path: str, lines: list[int]) -> int | None:
                 if s["path"] == path and line in lines:
                     return len(seen)
     return None
+
+
+@dataclass
+class DemoOutcome:
+    """What the demo shows: the run, the known bug's rank among the suspect lines, the tests on the final patch."""
+
+    demo: DemoRepo
+    result: RunResult
+    trajectory: dict
+    rank: int | None
+    verdict: TestRun
+
+
+def run_demo(demo: DemoRepo, config: Config, layout: RunLayout) -> DemoOutcome:
+    """The agent on the demo repository's real HumanEvalFix bug, then the repository's original tests on its final
+    patch (whatever the run did to the tests)."""
+    with LocalRuntime(demo.path) as runtime:
+        result = run_task(demo.task, runtime, config, run_dir=layout.trajectory_dir(demo.task.instance_id), fresh=True)
+        apply_patch(runtime, result.patch)
+        runtime.run("git checkout -- tests", timeout=60)
+        verdict = run_test_command(runtime, demo.task.test_command, config.agent.test_timeout_s)
+    trajectory = load_trajectory(result.trajectory)
+    rank = line_rank(trajectory.get("suspects") or [], demo.buggy_path, demo.buggy_lines)
+    return DemoOutcome(demo, result, trajectory, rank, verdict)

@@ -8,12 +8,19 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from agent.config import Config
+from agent.runner import RunResult, run_task
+from agent.state import Task
+from environments.docker_runtime import DockerRuntime
 from environments.errors import PinpointError
+from environments.local import LocalRuntime, clone_checkout
 from environments.repo_image import REPO_WORKDIR, VENV, build_repo_image
+from swebench_eval.layout import RunLayout, safe_name
 
 _ISSUE_URL = re.compile(r"^https?://github\.com/([^/]+)/([^/]+)/(?:issues|pull)/(\d+)")
 #: install the repository the way its own files say; each step may fail offline, the editable install stays
@@ -104,3 +111,52 @@ def create_branch(repo: str, branch: str, commit: str, patch: str, message: str)
         finally:
             subprocess.run(["git", "-C", repo, "worktree", "remove", "--force", tree], capture_output=True)
     return sha
+
+
+@dataclass(frozen=True)
+class FixRequest:
+    """What `pinpoint fix` was asked: the repository (path or URL), the issue, and how to run it."""
+
+    repo: str
+    issue_id: str
+    issue_text: str
+    test_command: str | None = None
+    local: bool = False
+    python: str = "3.11"
+    offline: bool = False
+
+    @property
+    def is_local(self) -> bool:
+        return Path(self.repo).is_dir()
+
+    def task(self) -> Task:
+        name = safe_name(f"{Path(self.repo.rstrip('/')).name}-{self.issue_id}")
+        return Task(name, self.issue_text, repo=self.repo, test_command=self.test_command)
+
+
+def fix_repository(request: FixRequest, config: Config, layout: RunLayout) -> tuple[RunResult, str]:
+    """Run the agent on a team's repository (a clone for a URL, so image and branch agree on the commit), in a
+    container built from its own install files or, with `local`, on a checkout; the patch is written beside the
+    trajectory. Returns the result and the commit it is based on."""
+    task = request.task()
+    with tempfile.TemporaryDirectory(prefix="pinpoint-src-") as tmp:
+        source = request.repo
+        if not request.is_local:
+            source = str(Path(tmp) / "repo")
+            clone_checkout(request.repo, source)
+        commit = head_commit(source)
+        if request.local:
+            runtime = LocalRuntime(source, commit)
+        else:
+            image = build_fix_image(source, commit, request.python, network=not request.offline)
+            runtime = DockerRuntime(image, workdir=REPO_WORKDIR, network=False)
+        with runtime:
+            result = run_task(task, runtime, config, run_dir=layout.trajectory_dir(task.instance_id),
+                              meta={"repo": request.repo, "commit": commit})
+    patch_path(layout, task).parent.mkdir(parents=True, exist_ok=True)
+    patch_path(layout, task).write_text(result.patch)
+    return result, commit
+
+
+def patch_path(layout: RunLayout, task: Task) -> Path:
+    return layout.folder / f"{task.instance_id}.patch"
