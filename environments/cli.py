@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from environments.errors import PinpointError
+from environments.errors import PinpointError, UsageError
 
 
 def run_guarded(args: argparse.Namespace) -> int:
@@ -67,13 +67,9 @@ def register(subparsers) -> None:
 
 
 def _up(args) -> int:
-    from environments.engine import EngineUnavailable, ensure_engine
+    from environments.engine import ensure_engine
 
-    try:
-        client = ensure_engine(timeout=args.timeout)
-    except EngineUnavailable as exc:
-        print(f"pinpoint env up: {exc}", file=sys.stderr)
-        return 1
+    client = ensure_engine(timeout=args.timeout)  # EngineUnavailable: the guard prints it, exit 2
     version = client.version()
     print(f"Docker engine ready: server {version.get('Version')} (API {version.get('ApiVersion')})")
     return 0
@@ -94,8 +90,7 @@ def _bench(args) -> int:
     from environments.bench import run_bench
 
     if args.repeats < 2 or args.concurrency < 1:
-        print("pinpoint bench env: --repeats must be >= 2 and --concurrency >= 1", file=sys.stderr)
-        return 2
+        raise UsageError("--repeats must be >= 2 and --concurrency >= 1")
     figures = run_bench(repeats=args.repeats, concurrency=args.concurrency, image=args.image)
     table = Table(title=f"pinpoint bench env ({figures['image']}, {figures['repeats']} repeats)")
     for column in ("measure", "pinpoint", "baseline", "ratio"):
