@@ -222,12 +222,21 @@ def _listwise_loss(w: np.ndarray, groups: Sequence[tuple[np.ndarray, np.ndarray]
     loss, grad = 0.5 * l2 * float(w @ w), l2 * w
     for x, y in groups:
         s = x @ w
-        p = np.exp(s - s.max())
-        p /= p.sum()
-        gold = p * y
-        loss -= math.log(gold.sum()) / len(groups)
-        grad = grad + x.T @ (p - gold / gold.sum()) / len(groups)
+        p, q = _softmax(s), _softmax(np.where(y > 0, s, -np.inf))  # q: the softmax over the gold lines alone
+        # log P(gold) = logsumexp(s over gold) - logsumexp(s), in log space: a far-behind gold line underflows p
+        loss -= (_logsumexp(s[y > 0]) - _logsumexp(s)) / len(groups)
+        grad = grad + x.T @ (p - q) / len(groups)
     return loss, grad
+
+
+def _logsumexp(s: np.ndarray) -> float:
+    top = float(s.max())
+    return top + math.log(float(np.exp(s - top).sum()))
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max())
+    return e / e.sum()
 
 
 def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], l2: float = 0.1, steps: int = 1500,

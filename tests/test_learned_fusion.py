@@ -114,3 +114,17 @@ def test_the_agent_fusion_option_selects_the_ranker(fusion, signal):
     ctx = AgentContext(runtime=None, llm=LLMClient(cfg.llm), config=cfg, localizers=localizers)
     fused, per_signal = nodes._fused_suspects(ctx, LocalizationRequest(problem_statement="f is wrong"))
     assert fused[0].signal == signal and set(per_signal) == {"retrieval", "lexical"}
+
+
+def test_the_loss_of_a_gold_line_far_behind_stays_finite():
+    """A gold line 1000 nats behind its row's best candidate has a probability below float range: the loss is
+    computed in log space (a crash of the whole benchmark table before)."""
+    from localization.learned_fusion import _listwise_loss
+
+    width = len(FEATURES)
+    x = np.zeros((2, width))
+    x[0, 0] = 1000.0  # the non-gold candidate
+    w = np.zeros(width)
+    w[0] = 1.0
+    loss, grad = _listwise_loss(w, [(x, np.array([0.0, 1.0]))], 0.0)
+    assert loss == pytest.approx(1000.0) and np.all(np.isfinite(grad))
