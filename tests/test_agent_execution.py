@@ -11,8 +11,8 @@ import pytest
 from fake_llm_server import FakeScriptedLLMServer, tool_call
 
 from agent.config import load_config
-from agent.nodes import REPRODUCE_PATH
 from agent.demo import build_demo_repo
+from agent.nodes import REPRODUCE_PATH
 from agent.runner import make_clients, run_task
 from environments.local import LocalRuntime
 from localization.failing_tests import ExecutionSignals, pytest_selection
