@@ -16,7 +16,7 @@ from agent.search import Node, SearchResult, bester_search, flare_refine
 from agent.state import AgentState, last_failure, run_key, task_of, test_command_of
 from environments.runtime import RuntimeFailure
 from localization.failing_tests import reproduction_tests
-from localization.fusion import fuse_localizers, reciprocal_rank_fusion
+from localization.fusion import fuse, fuse_localizers
 from localization.learned_fusion import LearnedFusion, line_records
 from localization.retrieval import is_test_path
 from localization.suspects import LocalizationRequest, Suspect
@@ -164,7 +164,7 @@ def _fuse(ctx: AgentContext, per_signal: dict[str, list[Suspect]]) -> list[Suspe
     """`agent.fusion`: reciprocal rank, or the learned ranker over the suspects and the traced tests' lines."""
     signals = {n: v for n, v in per_signal.items() if v}
     if ctx.config.agent.fusion != "learned":
-        return reciprocal_rank_fusion(signals)
+        return fuse(signals)
     return LearnedFusion().fuse(signals, [r for src in _execution_sources(ctx) for r in line_records(src.spectrum)])
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from localization.blocks import FunctionSpan, innermost_function
 from localization.data import patch_gold_lines
 from localization.execution import Sources
-from localization.fusion import reciprocal_rank_fusion, top_lines
+from localization.fusion import fuse, top_lines
 from localization.learned_fusion import (
     FusionModel,
     LearnedFusion,
@@ -132,7 +132,7 @@ def structured(signals: dict[str, list[Suspect]], records: Sequence[LineRecord],
 
 def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, sources: Sources) -> dict:
     """Per-signal hits, and the fused ranking's (reciprocal rank over the setting's signals)."""
-    fused = reciprocal_rank_fusion({n: s for n, s in signals.items() if n in FUSED[setting] and s})
+    fused = fuse({n: s for n, s in signals.items() if n in FUSED[setting] and s})
     out = {}
     for name, suspects in {**signals, "fused": fused}.items():
         views = ranked_views(suspects, sources)

@@ -127,3 +127,15 @@ def test_patch_gold_lines_cover_changed_lines_and_insertion_points():
     patch = ("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,4 +1,5 @@\n a = 1\n-b = 2\n+b = 3\n c = 3\n"
              "+d = 4\n e = 5\n")
     assert patch_gold_lines(patch) == {"m.py": {2, 4}}
+
+
+def test_fusion_leads_with_the_spectrums_lines_in_its_top_file_only():
+    from localization.fusion import fuse
+
+    per_signal = {"retrieval": [_s("a.py", 1, 30, "retrieval"), _s("b.py", 5, 5, "retrieval")],
+                  "spectrum": [_s("b.py", 9, 9, "spectrum"), _s("a.py", 12, 12, "spectrum"),
+                               _s("a.py", 20, 20, "spectrum")]}
+    fused = fuse(per_signal)
+    assert [(s.path, s.start_line) for s in fused[:2]] == [("a.py", 12), ("a.py", 20)]  # a.py is fusion's top file
+    assert fused[0].signal == "fusion" and ("b.py", 9) not in [(s.path, s.start_line) for s in fused[:2]]
+    assert fuse({"retrieval": per_signal["retrieval"]})[0].path == "a.py"  # without a spectrum: plain RRF
