@@ -40,6 +40,16 @@ class Bm25Localizer:
         self.repo = repo
         self.max_files = max_files
         self.timeout = timeout
+        self._index: tuple[list[str], BM25Okapi | None, dict[str, int]] | None = None
+
+    def _indexed(self) -> tuple[list[str], BM25Okapi | None, dict[str, int]]:
+        """Every file read and indexed once per localizer: the agent localizes more than once per run, and in a
+        container each read is a round trip. Files are ranked as the first localize found them (a file ranking
+        from the issue text; the agent's later edits change a few lines)."""
+        if self._index is None:
+            paths, docs, lengths = self._corpus()
+            self._index = (paths, BM25Okapi(docs) if paths else None, lengths)
+        return self._index
 
     def _corpus(self) -> tuple[list[str], list[list[str]], dict[str, int]]:
         listing = self.repo.run("git ls-files '*.py'", timeout=self.timeout).output.splitlines()
@@ -56,11 +66,11 @@ class Bm25Localizer:
 
     def ranked_files(self, text: str) -> list[tuple[str, float, int]]:
         """(path, score, line count) best first, only files that share a word with `text`."""
-        paths, docs, lengths = self._corpus()
+        paths, index, lengths = self._indexed()
         query = tokens(text)
-        if not paths or not query:
+        if index is None or not query:
             return []
-        scores = BM25Okapi(docs).get_scores(query)
+        scores = index.get_scores(query)
         ranked = sorted(zip(paths, scores, strict=True), key=lambda item: -item[1])
         return [(p, float(s), lengths[p]) for p, s in ranked if s > 0]
 

@@ -200,7 +200,7 @@ class ExecutionSignals:
                                 "tests": [{"nodeid": t.nodeid, "outcome": t.outcome, "message": t.message[-300:]}
                                           for t in evidence.tests[:60]]}
         if self.traces is not None:
-            record["blocks"] = [s.to_dict() for s in LdbLocalizer(self.traces).localize(LocalizationRequest())]
+            record["blocks"] = [s.to_dict() for s in self.suspects("ldb", LocalizationRequest())]
         return record
 
 
