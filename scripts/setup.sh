@@ -27,3 +27,12 @@ if ! command -v ip >/dev/null || ! command -v nsenter >/dev/null; then
     echo "pinpoint: install iproute2 and util-linux (ip, nsenter) for SWE-bench evaluation" >&2
   fi
 fi
+
+# a browser for the inspector's page tests: Debian's chromium, driven by Playwright (its own downloads are unreachable)
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+  else
+    echo "pinpoint: install chromium for the inspector's browser tests (docs/inspector.md)" >&2
+  fi
+fi
