@@ -106,6 +106,15 @@ def edited_lines(patch: str) -> dict[str, int]:
         return _counts([])
 
 
+def gold_locations(patch: str) -> dict[str, list[tuple[float, float]]]:
+    """Per file, the (start, end) pre-image lines of each run of edited lines a patch makes (a pure insertion is the
+    half line before which it inserts): where a fix lands, for localization rewards and views."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for run in _runs(patch):
+        spans.setdefault(run.path, []).append((run.start, run.end))
+    return spans
+
+
 def edit_metrics(pred_patch: str, gold_patch: str) -> EditMetrics:
     """PreciseCoder precision / recall / F1 of `pred_patch` against `gold_patch` (see the module docstring)."""
     pred, gold = _runs(pred_patch), _runs(gold_patch)

@@ -1,0 +1,270 @@
+"""`RepairEnv`: a multi-turn repair episode with gymnasium's API, on pinpoint's own tools and the grader's box.
+
+    env = RepairEnv(EnvSettings(reward="precise"))
+    obs, info = env.reset(options={"task": task})          # info["messages"]: the chat to start from
+    obs, reward, terminated, truncated, info = env.step('{"tool": "view", "arguments": {"path": "src/x.py"}}')
+    env.close()
+
+An action is one call of the agent's tools (view, search, str_replace_editor, run_tests, submit), as text in the
+agent's text action format (a ```json block or a bare `{"tool": ..., "arguments": ...}`) or as a tool-call dict
+(`{"name", "arguments"}` or OpenAI's `{"function": {...}}`). An unreadable action is the model's mistake: its
+observation says what is wrong and the step counts. The episode ends at `submit` (terminated) or at the step or time
+budget (truncated; the working tree's diff is graded as if submitted). The reward is 0.0 until the end, except for
+the dense `localization` kind (`environments.rl.rewards`). The container is the one the grader uses (same image, CPUs,
+memory, no network), leased from a `WarmPool` and given back, reset, when the episode ends.
+
+An infrastructure failure (the box cannot be built or started, the container dies, grading fails) ends the episode
+with reward `None` and `info["infra_failure"]` saying why; at `reset()` it raises `InfraFailure`. The next `reset()`
+works on a fresh container.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import gymnasium
+
+from agent import prompts
+from agent.llm import describe_tools_for_text_mode, parse_arguments, parse_text_actions
+from environments.errors import PinpointError, UsageError
+from environments.rl.grading import Graded, grade_unit
+from environments.rl.pool import PoolExhausted, RuntimeFactory, WarmPool
+from environments.rl.rewards import PRECISE_LAMBDA, LocalizationProgress, RewardKind, precise_reward
+from environments.rl.tasks import RlTask, task_from
+from environments.runtime import Runtime, RuntimeFailure, RuntimeSettings
+from swebench_eval.metrics import edit_metrics, edited_lines
+from swebench_eval.sources import RepoSources
+from tools.base import DEFAULT_MAX_OUTPUT_CHARS, Tool
+from tools.registry import call_tool, default_tools, openai_schemas
+
+
+class InfraFailure(PinpointError, RuntimeError):
+    """The episode could not run for a reason that is not the model's (no image, no engine, a dead container)."""
+
+
+@dataclass
+class EnvSettings:
+    """One RL run's environment: the reward, the budgets, and the box (the `runtime` settings grading uses)."""
+
+    reward: RewardKind = "unit"
+    precise_lambda: float = PRECISE_LAMBDA
+    max_steps: int = 30
+    time_budget_s: float = 1800.0
+    command_timeout_s: float = 300.0
+    grade_timeout_s: float = 1800.0
+    #: where the unit reward is graded: a fresh container (as the harness) or a pooled one reset in place
+    grader: Literal["fresh", "pooled"] = "fresh"
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+
+
+@dataclass
+class Box:
+    """Where a task runs: the pool key of its image and settings, and how to start one."""
+
+    key: str
+    factory: RuntimeFactory
+    image: str | None = None
+
+
+@dataclass
+class Episode:
+    task: RlTask
+    box: Box
+    runtime: Runtime | None
+    tools: list[Tool]
+    progress: LocalizationProgress
+    started: float
+    steps: int = 0
+    done: bool = False
+
+
+class Utf8Text(gymnasium.spaces.Space):
+    """Any string: observations and text actions (gymnasium's `Text` space only admits a fixed charset)."""
+
+    def __init__(self, accept_calls: bool = False) -> None:
+        super().__init__(shape=None, dtype=None)
+        self.accept_calls = accept_calls
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) or (self.accept_calls and isinstance(x, dict))
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        return '{"tool": "submit", "arguments": {}}'
+
+
+class RepairEnv(gymnasium.Env):
+    """A repair episode per `reset`; see the module docstring. Not thread-safe: one env per worker thread."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, settings: EnvSettings | None = None, pool: WarmPool | None = None,
+                 sources: RepoSources | None = None) -> None:
+        self.settings = settings or EnvSettings()
+        self.observation_space = Utf8Text()
+        self.action_space = Utf8Text(accept_calls=True)
+        self._own_pool = pool is None
+        self.pool = pool or WarmPool()
+        self._sources = sources
+        self._boxes: dict[str, Box] = {}
+        self._episode: Episode | None = None
+
+    # -- gymnasium API ------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        self._end_lease()
+        if not options or "task" not in options:
+            raise UsageError('RepairEnv.reset needs options={"task": ...} (an RlTask, Instance or task row)')
+        task = task_from(options["task"])
+        started = time.monotonic()
+        box = self._box(task)
+        try:
+            runtime = self.pool.acquire(box.key, box.factory)
+        except (RuntimeFailure, PoolExhausted, OSError, ValueError) as exc:
+            raise InfraFailure(f"{task.task_id}: no container: {type(exc).__name__}: {exc}") from exc
+        tools = default_tools()
+        self._episode = Episode(task, box, runtime, tools, LocalizationProgress(task.gold_patch), time.monotonic())
+        try:
+            tree = call_tool(tools, "view", {"path": "."}, runtime).output
+        except RuntimeFailure as exc:
+            self._end_lease(broken=True)
+            raise InfraFailure(f"{task.task_id}: the container failed at start: {exc}") from exc
+        user = prompts.task_message(task.problem_statement, tree, test_command=task.test_command)
+        schemas = openai_schemas(tools)
+        system = f"{prompts.SYSTEM}\n\n{describe_tools_for_text_mode(schemas)}"
+        info = {"task_id": task.task_id, "messages": [{"role": "system", "content": system},
+                                                      {"role": "user", "content": user}],
+                "tools": schemas, "system_without_tools": prompts.SYSTEM, "env_s": time.monotonic() - started}
+        return user, info
+
+    def step(self, action: str | dict) -> tuple[str, float | None, bool, bool, dict]:
+        episode = self._episode
+        if episode is None or episode.done:
+            raise UsageError("RepairEnv.step before reset(), or after the episode ended: call reset() first")
+        started = time.monotonic()
+        episode.steps += 1
+        call = parse_action(action)
+        info: dict[str, Any] = {"steps": episode.steps, "tool": call[0] if isinstance(call, tuple) else None}
+        if isinstance(call, str):
+            observation, info["error"] = call, True
+        elif call[0] == "submit":
+            return self._finish(episode, "Submitted.", terminated=True, info=info, started=started)
+        else:
+            try:
+                observation, info["error"] = self._act(episode, *call)
+            except RuntimeFailure as exc:
+                return self._infra(episode, f"{type(exc).__name__}: {exc}", info, started)
+        elapsed = time.monotonic() - episode.started
+        if episode.steps >= self.settings.max_steps or elapsed >= self.settings.time_budget_s:
+            info["truncated_by"] = "steps" if episode.steps >= self.settings.max_steps else "time"
+            return self._finish(episode, observation, terminated=False, info=info, started=started)
+        reward = episode.progress.step_reward() if self.settings.reward == "localization" else 0.0
+        info["env_s"] = time.monotonic() - started
+        return observation, reward, False, False, info
+
+    def close(self) -> None:
+        self._end_lease()
+        if self._own_pool:
+            self.pool.close()
+
+    # -- episode internals ----------------------------------------------------------------------------------------
+    def _act(self, episode: Episode, name: str, arguments: Any) -> tuple[str, bool]:
+        """Run one tool call; follow what it shows and edits for the localization reward."""
+        result = call_tool(episode.tools, name, arguments, episode.runtime, self.settings.max_output_chars)
+        arguments = parse_arguments(arguments)[0]
+        if not result.error and episode.progress.known:
+            if name == "view" and isinstance(arguments.get("path"), str):
+                path = arguments["path"].removeprefix(episode.runtime.workdir)
+                episode.progress.viewed(path, arguments.get("view_range"))
+            elif name == "str_replace_editor" and arguments.get("command") != "view":
+                episode.progress.edited(episode.runtime.diff())
+        return result.output, result.error
+
+    def _finish(self, episode: Episode, observation: str, *, terminated: bool, info: dict,
+                started: float) -> tuple[str, float | None, bool, bool, dict]:
+        try:
+            patch = episode.runtime.diff()
+        except RuntimeFailure as exc:
+            return self._infra(episode, f"reading the patch: {exc}", info, started)
+        episode.done = True
+        dense = episode.progress.step_reward() if self.settings.reward == "localization" else None
+        self._end_lease()
+        info.update(patch=patch, edited_lines=edited_lines(patch)["total"])
+        reward = dense if dense is not None else self._graded_reward(episode, patch, info)
+        info["env_s"] = time.monotonic() - started
+        return observation, reward, terminated, not terminated, info
+
+    def _graded_reward(self, episode: Episode, patch: str, info: dict) -> float | None:
+        pooled = self.settings.grader == "pooled"
+        graded: Graded = grade_unit(episode.task, patch, settings=self.settings.runtime, image=episode.box.image,
+                                    timeout=self.settings.grade_timeout_s, pool=self.pool if pooled else None,
+                                    key=episode.box.key, factory=episode.box.factory)
+        info.update(outcome=graded.outcome, unit=graded.unit, grade_s=graded.seconds, **graded.detail)
+        if graded.unit is None:
+            info["infra_failure"] = graded.infra_failure
+            return None
+        if self.settings.reward == "unit":
+            return graded.unit
+        edit = edit_metrics(patch, episode.task.gold_patch) if episode.task.gold_patch.strip() else None
+        info["edit"] = edit.to_json() if edit is not None else None
+        return precise_reward(graded.unit, edit, self.settings.precise_lambda)
+
+    def _infra(self, episode: Episode, reason: str, info: dict,
+               started: float) -> tuple[str, None, bool, bool, dict]:
+        episode.done = True
+        self._end_lease(broken=True)
+        info.update(infra_failure=reason, env_s=time.monotonic() - started)
+        return f"[pinpoint: infrastructure failure: {reason}]", None, True, False, info
+
+    def _end_lease(self, broken: bool = False) -> None:
+        """Give the episode's container back to the pool (reset there in the background)."""
+        episode = self._episode
+        if episode is not None and episode.runtime is not None:
+            runtime, episode.runtime = episode.runtime, None
+            episode.done = True
+            self.pool.release(runtime, broken=broken)
+
+    def _box(self, task: RlTask) -> Box:
+        if task.task_id not in self._boxes:
+            try:
+                self._boxes[task.task_id] = box_for(task, self.settings.runtime, self._sources)
+            except (PinpointError, OSError, KeyError) as exc:
+                raise InfraFailure(f"{task.task_id}: cannot prepare its box: {exc}") from exc
+        return self._boxes[task.task_id]
+
+
+def box_for(task: RlTask, settings: RuntimeSettings, sources: RepoSources | None = None) -> Box:
+    """The pool key and runtime factory of `task`: its instance image (built when missing) or its local checkout."""
+    if task.kind == "local":
+        from environments.local import LocalRuntime
+
+        return Box(f"local:{task.repo_path}@{task.base_commit}", lambda: LocalRuntime(task.repo_path,
+                                                                                      task.base_commit))
+    from swebench_eval.images import build_instance_image
+    from swebench_eval.runtime import instance_cpus, instance_runtime, preflight
+
+    sources = sources or RepoSources()
+    preflight(task.instance, sources)
+    tag = build_instance_image(task.instance, sources).tag
+    key = (f"{tag}|cpus={instance_cpus(task.instance, settings)}|mem={settings.mem_limit}"
+           f"|pids={settings.pids_limit}|{settings.channel}")
+    return Box(key, lambda: instance_runtime(task.instance, tag, settings), image=tag)
+
+
+def parse_action(action: str | dict) -> tuple[str, Any] | str:
+    """(tool name, arguments), or the observation that tells the model what is wrong with its action."""
+    if isinstance(action, dict):
+        call = action.get("function", action)
+        name = call.get("name", call.get("tool")) if isinstance(call, dict) else None
+        arguments = call.get("arguments", {}) if isinstance(call, dict) else {}
+        if not isinstance(name, str) or not name:
+            return 'A tool call needs a "name" (or "function": {"name", "arguments"}).'
+        return name, arguments  # call_tool reads JSON text and checks the arguments against the tool's schema
+    calls = parse_text_actions(action or "")
+    if not calls:
+        return prompts.NO_TOOL_CALL + ' Write it as {"tool": "<name>", "arguments": {...}} in a ```json block.'
+    if calls[0].parse_error:
+        return f"Your action could not be read: {calls[0].parse_error}"
+    return calls[0].name, calls[0].arguments

@@ -1,0 +1,129 @@
+"""RepairEnv on real repositories: the demo's real HumanEvalFix bug as a local task (no container), and a SWE-bench
+dev row in its real instance image (`-m docker`). The scripted gold policy is a fake (it replays the reference
+patch); its rewards are known by hand."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent.demo import build_demo_repo, demo_tasks
+from environments.errors import UsageError
+from environments.rl.env import EnvSettings, RepairEnv, parse_action
+from environments.rl.policies import GoldPolicy, NoopPolicy
+from environments.rl.rewards import precise_reward
+from environments.rl.tasks import RlTask, load_tasks
+from swebench_eval.metrics import edit_metrics
+
+
+def _gold_patch(repo: Path, bug: str) -> str:
+    """The reference fix of the demo bug: its canonical solution in place of the buggy one, as git shows it."""
+    task = {t["task_id"]: t for t in demo_tasks()["tasks"]}[bug]
+    module = repo / "numeric" / "functions.py"
+    original = module.read_text()
+    module.write_text(original.replace(task["buggy_solution"].rstrip("\n"), task["canonical_solution"].rstrip("\n")))
+    patch = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    module.write_text(original)
+    return patch
+
+
+@pytest.fixture(scope="module")
+def demo_task(tmp_path_factory: pytest.TempPathFactory) -> RlTask:
+    demo = build_demo_repo(tmp_path_factory.mktemp("demo") / "repo")
+    gold = _gold_patch(demo.path, "Python/2")
+    return RlTask.local("demo-Python-2", demo.path, demo.task.problem_statement, demo.task.test_command,
+                        gold_patch=gold)
+
+
+def _episode(env: RepairEnv, task: RlTask, actions: list) -> tuple[float | None, dict, int]:
+    env.reset(options={"task": task})
+    for number, action in enumerate(actions, 1):
+        _, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            return reward, info, number
+    raise AssertionError("the episode did not end")
+
+
+def test_gold_policy_gets_unit_reward_one_and_noop_zero(demo_task: RlTask) -> None:
+    with RepairEnv(EnvSettings(reward="unit")) as env:
+        obs, info = env.reset(options={"task": demo_task})
+        assert "truncate_number" in obs and info["messages"][0]["role"] == "system"
+        assert {t["function"]["name"] for t in info["tools"]} >= {"view", "str_replace_editor", "submit"}
+        gold = GoldPolicy(demo_task.gold_patch)
+        reward, info, steps = _episode(env, demo_task, [gold.act([])[0] for _ in range(5)])
+        assert (reward, info["outcome"], steps) == (1.0, "resolved", 2)
+        assert info["patch"] == demo_task.gold_patch
+        reward, info, _ = _episode(env, demo_task, [NoopPolicy().act([])[0]])
+        assert (reward, info["outcome"], info["patch"]) == (0.0, "empty_patch", "")
+
+
+def test_precise_reward_equals_the_hand_computation(demo_task: RlTask) -> None:
+    """The gold edit plus one needless line: tests pass, precision 1/2, recall gated to 1, F1 2/3, so the reward
+    is 2/3·1 + 1/3·2/3 = 8/9."""
+    gold = GoldPolicy(demo_task.gold_patch).act([])[0]
+    extra = {"name": "str_replace_editor", "arguments": {
+        "command": "str_replace", "path": "README.md", "old_str": "Small numeric helpers",
+        "new_str": "Small numeric helpers (checked)"}}
+    with RepairEnv(EnvSettings(reward="precise")) as env:
+        reward, info, _ = _episode(env, demo_task, [gold, extra, '{"tool": "submit", "arguments": {}}'])
+    assert info["unit"] == 1.0
+    assert (info["edit"]["precision"], info["edit"]["edited_lines"]) == (0.5, 2)
+    assert reward == pytest.approx(8 / 9)
+    assert reward == pytest.approx(precise_reward(1.0, edit_metrics(info["patch"], demo_task.gold_patch)))
+
+
+def test_localization_reward_is_dense_and_sums_to_the_final_potential(demo_task: RlTask) -> None:
+    path = "numeric/functions.py"
+    line = next(int(h.split()[1].split(",")[0][1:]) for h in demo_task.gold_patch.splitlines() if h.startswith("@@"))
+    actions = [{"name": "view", "arguments": {"path": "README.md"}},
+               {"name": "view", "arguments": {"path": path}},
+               {"name": "view", "arguments": {"path": path, "view_range": [line, line + 10]}},
+               {"name": "submit", "arguments": {}}]
+    with RepairEnv(EnvSettings(reward="localization")) as env:
+        env.reset(options={"task": demo_task})
+        rewards = [env.step(action)[1] for action in actions]
+    assert rewards[0] == 0.0  # not a gold file
+    assert rewards[1] == pytest.approx(0.5)  # the gold file, viewed whole: file credit only
+    assert rewards[2] > 0.0  # a focused view over the gold lines
+    assert sum(rewards) <= 1.0 + 1e-9
+
+
+def test_bad_actions_are_observations_and_budgets_truncate(demo_task: RlTask) -> None:
+    with RepairEnv(EnvSettings(reward="unit", max_steps=3)) as env:
+        env.reset(options={"task": demo_task})
+        obs, reward, terminated, truncated, info = env.step("I think the bug is in line 3.")
+        assert (reward, terminated, truncated, info["error"]) == (0.0, False, False, True)
+        assert '"tool"' in obs
+        obs, *_ = env.step({"name": "view", "arguments": {"path": 3}})
+        assert "Invalid arguments for view" in obs
+        _, reward, terminated, truncated, info = env.step({"name": "no_such_tool", "arguments": {}})
+        assert (terminated, truncated, info["truncated_by"], reward) == (False, True, "steps", 0.0)
+        with pytest.raises(UsageError):
+            env.step({"name": "submit", "arguments": {}})
+
+
+def test_actions_in_every_accepted_shape() -> None:
+    assert parse_action('```json\n{"tool": "view", "arguments": {"path": "a.py"}}\n```') == ("view", {"path": "a.py"})
+    assert parse_action({"function": {"name": "submit", "arguments": "{}"}}) == ("submit", "{}")
+    assert parse_action({"tool": "view", "arguments": {"path": "."}}) == ("view", {"path": "."})
+    assert "could not be read" in parse_action('```json\n{"tool": "view", "arguments": {\n```')
+    with pytest.raises(UsageError), RepairEnv() as env:
+        env.reset(options={})
+
+
+def test_tasks_file_loads_local_and_swebench_rows(tmp_path: Path, demo_task: RlTask) -> None:
+    import json
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(demo_task.to_row()) + "\n" + json.dumps({"instance_id": "psf__requests-1142"}) + "\n")
+    tasks = load_tasks(path)
+    assert [t.kind for t in tasks] == ["local", "swebench"]
+    assert tasks[0] == demo_task and tasks[1].gold_patch.startswith("diff --git")
+    path.write_text('{"instance_id": "no-such-row"}\n')
+    with pytest.raises(UsageError, match="no-such-row"):
+        load_tasks(path)
+    path.write_text("[1, 2]\n")
+    with pytest.raises(UsageError, match=":1: expected a JSON object"):
+        load_tasks(path)
