@@ -1,0 +1,237 @@
+"""The recording gateway: an OpenAI-compatible server in front of a model server that records, per episode, the
+token ids the model was fed and generated and their log-probabilities, so the agent needs no change to be trained.
+
+    with RecordingGateway(embedded.base_url) as gw:
+        client = LLMClient(dataclasses.replace(config, base_url=gw.episode_url("ep-1")))
+        ...                                   # the agent runs as usual
+        tokens = gw.pop("ep-1")               # EpisodeTokens: prompt_ids, response_ids, response_mask, ...
+
+How one chat request becomes tokens. The gateway renders the messages with the server's own chat template. On an
+episode's first call it tokenizes the whole rendering (that is the prompt). On a later call, when the rendering
+starts with what the model saw last (the previous rendering plus the text it generated), only the new suffix is
+tokenized (the observation: mask 0) and the server generates from the accumulated ids (previous prompt +
+generated ids + suffix ids), so the model sees exactly the recorded tokens and never a re-tokenization of its own
+output. The generated ids get mask 1 and their log-probabilities. When the history does not extend what the model
+saw (a client rewrote or dropped messages, or asked the same thing again), a new `TokenSegment` starts.
+
+The end of a turn: llama.cpp returns the EOS it sampled (SmolLM2's `<|im_end|>`) as the last generated id, with its
+log-probability and mask 1; the next rendering writes it as text, and the gateway drops it from the suffix so it
+is not counted twice. A server that does not return the EOS leaves it in the next suffix, with mask 0. A stop
+word is not in the reply's content; llama.cpp's token that completed it is not recorded, vLLM's is.
+
+Upstream failures (5xx, timeouts, garbage) answer the client with an OpenAI-style error of the matching status and
+leave the episode's record as it was: a call is recorded at once, after the server answered.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import quote, unquote
+
+from environments.rl.tokens import EpisodeRecorder, EpisodeTokens
+from environments.rl.upstream import GatewayError, Generation, SamplingParams, Timer, make_backend
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Episode:
+    """One episode's record and what the model saw last, as text (what the next rendering must start with)."""
+
+    recorder: EpisodeRecorder = field(default_factory=EpisodeRecorder)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    seen_text: str | None = None
+    eos_id: int | None = None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one call sends: `prompt_ids` when it starts a segment (else None), the observation ids it appends,
+    and the whole id list the server generates from."""
+
+    prompt_ids: list[int] | None
+    observation_ids: list[int]
+    context_ids: list[int]
+
+
+class RecordingGateway:
+    """Serves `episode_url(id)` (an OpenAI base URL) on 127.0.0.1; `start()`/`stop()` or `with`. Thread-safe:
+    episodes run concurrently, the calls of one episode one at a time."""
+
+    def __init__(self, upstream_base_url: str, backend: str = "llamacpp", host: str = "127.0.0.1",
+                 port: int = 0, timeout_s: float = 600.0):
+        self.backend = make_backend(backend, upstream_base_url, timeout_s)
+        self._address = (host, port)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._episodes: dict[str, _Episode] = {}
+        self._lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+
+    def start(self) -> RecordingGateway:
+        if self._server is None:
+            server = ThreadingHTTPServer(self._address, _Handler)
+            server.daemon_threads = True
+            server.gateway = self  # type: ignore[attr-defined]
+            self._server = server
+            self._thread = threading.Thread(target=server.serve_forever, name="recording-gateway", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (safe twice); the records stay readable."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            self.backend.close()
+
+    def __enter__(self) -> RecordingGateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise GatewayError(503, "the recording gateway is not running; call start() first")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    # -- records ----------------------------------------------------------------------------------------------
+
+    def episode_url(self, episode_id: str) -> str:
+        """The OpenAI base URL whose calls are recorded under `episode_id`."""
+        return f"{self.base_url}/episodes/{quote(episode_id, safe='')}/v1"
+
+    def tokens(self, episode_id: str) -> EpisodeTokens:
+        """A copy of the episode's tokens; an episode that made no call has none (EpisodeTokens.empty())."""
+        with self._lock:
+            episode = self._episodes.get(episode_id)
+        return episode.recorder.snapshot() if episode is not None else EpisodeTokens.empty()
+
+    def pop(self, episode_id: str) -> EpisodeTokens:
+        """The episode's tokens, forgetting them (a later call under this id starts a new record)."""
+        with self._lock:
+            episode = self._episodes.pop(episode_id, None)
+        return episode.recorder.snapshot() if episode is not None else EpisodeTokens.empty()
+
+    def episodes(self) -> list[str]:
+        with self._lock:
+            return list(self._episodes)
+
+    def _episode(self, episode_id: str) -> _Episode:
+        with self._lock:
+            return self._episodes.setdefault(episode_id, _Episode())
+
+    # -- requests ---------------------------------------------------------------------------------------------
+
+    def chat(self, episode_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One chat completion, recorded; raises GatewayError (with the status to reply with) and records
+        nothing when it fails."""
+        params = SamplingParams.from_openai(body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise GatewayError(400, "messages: expected a non-empty list of message objects")
+        model = str(body.get("model") or "")
+        episode = self._episode(episode_id)
+        timer = Timer()
+        with episode.lock:
+            rendered = self.backend.render(messages, model, timer)
+            plan = self._plan(episode, rendered, model, timer)
+            generation = self.backend.generate(plan.context_ids, params, model, timer)
+            episode.recorder.record_call(plan.prompt_ids, plan.observation_ids, generation.ids,
+                                         generation.logprobs, timer.seconds)
+            episode.seen_text = rendered + generation.content
+            episode.eos_id = generation.eos_id
+        return _chat_completion(generation, model, len(plan.context_ids), bool(body.get("logprobs")))
+
+    def _plan(self, episode: _Episode, rendered: str, model: str, timer: Timer) -> _Plan:
+        """Continue the current segment when `rendered` extends what the model saw, else start a new one."""
+        current = episode.recorder.current
+        if current is not None and episode.seen_text is not None and rendered.startswith(episode.seen_text):
+            suffix = self.backend.tokenize(rendered[len(episode.seen_text):], model, timer)
+            if episode.eos_id is not None and suffix[:1] == [episode.eos_id]:
+                suffix = suffix[1:]  # the EOS the model generated, written out by the template
+            return _Plan(None, suffix, current.context_ids + suffix)
+        prompt = self.backend.tokenize(rendered, model, timer)
+        return _Plan(prompt, [], prompt)
+
+    def models(self) -> dict[str, Any]:
+        """The upstream's `GET /v1/models`, passed through."""
+        return self.backend.request("GET", "/v1/models", Timer())
+
+
+def _chat_completion(generation: Generation, model: str, prompt_tokens: int, with_logprobs: bool) -> dict[str, Any]:
+    """The OpenAI chat.completion reply (logprobs entries carry token text, logprob, bytes and the token id)."""
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": generation.content},
+                              "finish_reason": generation.finish_reason,
+                              "logprobs": {"content": generation.pieces} if with_logprobs else None}
+    completion = len(generation.ids)
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [choice],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                      "total_tokens": prompt_tokens + completion}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """HTTP only: routes `/episodes/<id>/v1/chat/completions` and the `/v1/models` listings to the gateway."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if len(parts) != 5 or parts[0] != "episodes" or parts[2:] != ["v1", "chat", "completions"]:
+            return self._reply(404, _error(404, f"no such endpoint: POST {self.path}; use "
+                                                "/episodes/<episode id>/v1/chat/completions"))
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+            return self._reply(400, _error(400, f"the request body is not JSON: {exc}"))
+        if not isinstance(body, dict):
+            return self._reply(400, _error(400, "the request body must be a JSON object"))
+        episode_id = unquote(parts[1])
+        self._answer(lambda: self.server.gateway.chat(episode_id, body))  # type: ignore[attr-defined]
+
+    def do_GET(self) -> None:  # noqa: N802
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if parts[-2:] != ["v1", "models"] or len(parts) not in (2, 4):
+            return self._reply(404, _error(404, f"no such endpoint: GET {self.path}"))
+        self._answer(self.server.gateway.models)  # type: ignore[attr-defined]
+
+    def _answer(self, work: Callable[[], dict[str, Any]]) -> None:
+        """Reply with `work()`'s result or its GatewayError; a bug replies 500 and logs its traceback."""
+        try:
+            payload = work()
+        except GatewayError as exc:
+            return self._reply(exc.status, _error(exc.status, str(exc)))
+        except Exception as exc:
+            log.exception("recording gateway: %s %s failed", self.command, self.path)
+            return self._reply(500, _error(500, f"recording gateway bug: {type(exc).__name__}: {exc}"))
+        self._reply(200, payload)
+
+    def _reply(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+        log.debug("gateway: " + format, *args)
+
+
+def _error(status: int, message: str) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "upstream_error"
+    return {"error": {"message": message, "type": kind, "code": status}}

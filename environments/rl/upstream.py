@@ -1,0 +1,258 @@
+"""The model servers behind the recording gateway, spoken to in token ids: render a chat to text, tokenize text,
+generate from a list of ids and get back the generated ids with their log-probabilities.
+
+Two backends: `llamacpp` (the llama.cpp server and the embedded model: `/apply-template`, `/tokenize`,
+`/completion`; tested against the real embedded model) and `vllm` (vLLM's `/tokenize` with messages,
+`/detokenize`, `/v1/completions` with a token-id prompt and `return_tokens_as_token_ids`; tested only against a
+fake). Log-probabilities are the server's own for the sampled token (both servers' defaults: the model's
+distribution before temperature / top-p).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from environments.errors import PinpointError, UsageError
+
+BACKENDS = ("llamacpp", "vllm")
+
+
+class GatewayError(PinpointError, RuntimeError):
+    """A request the gateway answers with an OpenAI-style error: `status` is the HTTP status to reply with."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(" ".join(message.split())[:500])
+        self.status = status
+
+
+class Timer:
+    """Seconds spent waiting on the upstream during one gateway request."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """The OpenAI request fields the gateway forwards (what `agent.llm.LLMClient` sends, plus top_p / stop / seed)."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    json_schema: dict[str, Any] | None = None
+    top_logprobs: int = 1
+
+    @classmethod
+    def from_openai(cls, body: dict[str, Any]) -> SamplingParams:
+        """From a chat-completions body; GatewayError(400) for what cannot be served token-exactly."""
+        if body.get("stream"):
+            raise GatewayError(400, "streaming is not supported by the recording gateway; send stream=false")
+        if int(body.get("n") or 1) != 1:
+            raise GatewayError(400, "n > 1 is not supported by the recording gateway; send one request per sample")
+        if body.get("tools"):
+            raise GatewayError(400, "native tool calls are not supported by the recording gateway; "
+                                    "use the text action format (tool_mode=text)")
+        stop = body.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise GatewayError(400, "stop: expected a string or a list of strings")
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        try:
+            return cls(max_tokens=None if max_tokens is None else int(max_tokens),
+                       temperature=_optional_float(body.get("temperature")), top_p=_optional_float(body.get("top_p")),
+                       stop=stop, seed=None if body.get("seed") is None else int(body["seed"]),
+                       json_schema=_schema_of(body.get("response_format")),
+                       top_logprobs=max(1, int(body.get("top_logprobs") or 1)))
+        except (TypeError, ValueError) as exc:
+            raise GatewayError(400, f"bad sampling parameter: {exc}") from None
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _schema_of(response_format: Any) -> dict[str, Any] | None:
+    """The JSON schema a reply must follow: llama.cpp's `{"type": "json_object", "schema": ...}` extension (what
+    LLMClient sends with constrain_actions) or OpenAI's `{"type": "json_schema", "json_schema": {"schema": ...}}`."""
+    if not isinstance(response_format, dict) or response_format.get("type") in (None, "text"):
+        return None
+    if response_format["type"] == "json_object":
+        return response_format.get("schema") or {"type": "object"}
+    if response_format["type"] == "json_schema":
+        return (response_format.get("json_schema") or {}).get("schema") or {"type": "object"}
+    raise GatewayError(400, f"response_format type {response_format['type']!r}: expected text, json_object or "
+                            "json_schema")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation as the server produced it. `ids` and `logprobs` are aligned; `pieces` are the OpenAI
+    `logprobs.content` entries; `eos_id` is the last id when it ended the turn without showing in `content` (the
+    EOS: the next rendering of the history writes it as text, and the gateway does not count it twice)."""
+
+    ids: list[int]
+    logprobs: list[float]
+    pieces: list[dict[str, Any]]
+    content: str
+    finish_reason: str
+    eos_id: int | None
+
+
+class Upstream:
+    """HTTP to one model server: JSON in and out, every failure a GatewayError with the status to pass on."""
+
+    def __init__(self, base_url: str, timeout_s: float = 600.0):
+        self.root = server_root(base_url)
+        self.timeout_s = timeout_s
+        self._http = httpx.Client(base_url=self.root, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, timer: Timer, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The upstream's JSON object reply; 5xx, timeouts, unreachable servers and garbage become GatewayErrors."""
+        started = time.monotonic()
+        try:
+            reply = self._http.request(method, path, json=body)
+        except httpx.TimeoutException:
+            raise GatewayError(504, f"upstream {self.root}{path} did not answer within {self.timeout_s:g}s") from None
+        except httpx.HTTPError as exc:
+            raise GatewayError(502, f"upstream {self.root}{path} unreachable: {exc}") from None
+        finally:
+            timer.seconds += time.monotonic() - started
+        try:
+            data = reply.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = None
+        if reply.status_code >= 400:
+            raise GatewayError(reply.status_code, f"upstream {self.root}{path} answered {reply.status_code}: "
+                                                  f"{_error_message(data, reply.text)}")
+        if not isinstance(data, dict):
+            raise GatewayError(502, f"upstream {self.root}{path} answered with no JSON object: {reply.text[:200]!r}")
+        return data
+
+
+def server_root(base_url: str) -> str:
+    """`http://host:port` from a server root or an OpenAI base URL (`.../v1`)."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def _error_message(data: Any, text: str) -> str:
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        return str(error.get("message", error) if isinstance(error, dict) else error)
+    return text[:200] or "(empty body)"
+
+
+def shape_error(upstream: Upstream, path: str, what: str) -> GatewayError:
+    return GatewayError(502, f"upstream {upstream.root}{path} answered without {what}")
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+class LlamaCppBackend(Upstream):
+    """The llama.cpp server (and the embedded model, which is one)."""
+
+    def render(self, messages: list[dict[str, Any]], model: str, timer: Timer) -> str:
+        prompt = self.request("POST", "/apply-template", timer, {"messages": messages}).get("prompt")
+        if not isinstance(prompt, str):
+            raise shape_error(self, "/apply-template", "a prompt")
+        return prompt
+
+    def tokenize(self, text: str, model: str, timer: Timer) -> list[int]:
+        if not text:
+            return []
+        body = {"content": text, "add_special": False, "parse_special": True}
+        tokens = self.request("POST", "/tokenize", timer, body).get("tokens")
+        if not _int_list(tokens):
+            raise shape_error(self, "/tokenize", "a list of token ids")
+        return tokens
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams, model: str, timer: Timer) -> Generation:
+        body: dict[str, Any] = {"prompt": prompt_ids, "n_probs": params.top_logprobs, "return_tokens": True,
+                                "cache_prompt": True}
+        optional = {"n_predict": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+                    "seed": params.seed, "json_schema": params.json_schema, "stop": params.stop or None}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        data = self.request("POST", "/completion", timer, body)
+        probs, content = data.get("completion_probabilities"), data.get("content")
+        if not isinstance(probs, list) or not isinstance(content, str) or not all(
+                isinstance(p, dict) and isinstance(p.get("id"), int) and isinstance(p.get("logprob"), int | float)
+                for p in probs):
+            raise shape_error(self, "/completion", "content and completion_probabilities with ids and logprobs")
+        ids = [p["id"] for p in probs]
+        # `tokens` can hold one more id than the probabilities (the token that completed a stop word, which the
+        # content leaves out); the probabilities are the tokens the content is made of
+        if _int_list(data.get("tokens")) and data["tokens"][: len(ids)] != ids:
+            raise shape_error(self, "/completion", "tokens that agree with completion_probabilities")
+        stop_type = data.get("stop_type")
+        eos = ids[-1] if stop_type == "eos" and probs and probs[-1].get("token") == "" else None
+        return Generation(ids, [float(p["logprob"]) for p in probs], probs, content,
+                          "length" if stop_type == "limit" else "stop", eos)
+
+
+class VllmBackend(Upstream):
+    """vLLM's OpenAI server. Token texts in the reply's logprobs are empty (`return_tokens_as_token_ids` trades
+    them for ids). Tested only against a fake: check it against a real vLLM before relying on it."""
+
+    def render(self, messages: list[dict[str, Any]], model: str, timer: Timer) -> str:
+        body = {"model": model, "messages": messages, "add_generation_prompt": True}
+        ids = self.request("POST", "/tokenize", timer, body).get("tokens")
+        if not _int_list(ids):
+            raise shape_error(self, "/tokenize", "a list of token ids")
+        text = self.request("POST", "/detokenize", timer, {"model": model, "tokens": ids}).get("prompt")
+        if not isinstance(text, str):
+            raise shape_error(self, "/detokenize", "a prompt")
+        return text
+
+    def tokenize(self, text: str, model: str, timer: Timer) -> list[int]:
+        if not text:
+            return []
+        body = {"model": model, "prompt": text, "add_special_tokens": False}
+        tokens = self.request("POST", "/tokenize", timer, body).get("tokens")
+        if not _int_list(tokens):
+            raise shape_error(self, "/tokenize", "a list of token ids")
+        return tokens
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams, model: str, timer: Timer) -> Generation:
+        body: dict[str, Any] = {"model": model, "prompt": prompt_ids, "logprobs": params.top_logprobs,
+                                "return_tokens_as_token_ids": True}
+        optional = {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+                    "seed": params.seed, "stop": params.stop or None,
+                    "response_format": None if params.json_schema is None else
+                    {"type": "json_schema", "json_schema": {"name": "reply", "schema": params.json_schema}}}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        data = self.request("POST", "/v1/completions", timer, body)
+        try:
+            choice = data["choices"][0]
+            tokens, logprobs = choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
+            ids = [int(str(t).removeprefix("token_id:")) for t in tokens]
+            logprobs = [float(x) for x in logprobs]
+            content = choice["text"]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise shape_error(self, "/v1/completions", "choices[0] with text and token-id logprobs") from None
+        if len(ids) != len(logprobs) or not isinstance(content, str):
+            raise shape_error(self, "/v1/completions", "one logprob per token")
+        pieces = [{"token": "", "logprob": lp, "bytes": [], "id": i, "top_logprobs": []}
+                  for i, lp in zip(ids, logprobs, strict=True)]
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        eos = ids[-1] if ids and choice.get("finish_reason") == "stop" and choice.get("stop_reason") is None else None
+        return Generation(ids, logprobs, pieces, content, finish, eos)
+
+
+def make_backend(name: str, base_url: str, timeout_s: float) -> LlamaCppBackend | VllmBackend:
+    if name == "llamacpp":
+        return LlamaCppBackend(base_url, timeout_s)
+    if name == "vllm":
+        return VllmBackend(base_url, timeout_s)
+    raise UsageError(f"gateway backend {name!r}: expected one of {', '.join(BACKENDS)}")
