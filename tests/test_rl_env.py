@@ -127,3 +127,28 @@ def test_tasks_file_loads_local_and_swebench_rows(tmp_path: Path, demo_task: RlT
     path.write_text("[1, 2]\n")
     with pytest.raises(UsageError, match=":1: expected a JSON object"):
         load_tasks(path)
+
+
+@pytest.fixture(scope="module")
+def requests_task(docker_client) -> RlTask:
+    from swebench_eval.datasets import load_instances
+
+    return RlTask.swebench(load_instances(ids=["psf__requests-1142"])[0])
+
+
+@pytest.mark.docker
+def test_gold_policy_resolves_a_real_dev_row_and_a_killed_container_is_not_a_zero(requests_task: RlTask) -> None:
+    with RepairEnv(EnvSettings(reward="precise")) as env:
+        gold = GoldPolicy(requests_task.gold_patch)
+        reward, info, _ = _episode(env, requests_task, [gold.act([])[0] for _ in range(4)])
+        assert (reward, info["outcome"], info["edit"]["f1"]) == (1.0, "resolved", 1.0)
+
+        env.reset(options={"task": requests_task})
+        env._episode.runtime.container.kill()  # the box dies mid-episode (as an OOM kill would)
+        obs, reward, terminated, truncated, info = env.step({"name": "view", "arguments": {"path": "setup.py"}})
+        assert reward is None and terminated and "infra_failure" in info
+        assert "not usable" in info["infra_failure"] and "infrastructure failure" in obs
+
+        reward, info, _ = _episode(env, requests_task, [NoopPolicy().act([])[0]])
+        assert (reward, info["outcome"]) == (0.0, "empty_patch")
+        assert env.pool.stats.replaced_dead + env.pool.stats.started >= 2

@@ -56,7 +56,7 @@ def _grade_swebench(task: RlTask, patch: str, settings: RuntimeSettings, image: 
     finally:
         if runtime is not None:
             pool.release(runtime, broken=verdict is None or verdict.outcome == "container_failed")
-    detail = {"outcome": verdict.outcome, "test_exit_code": verdict.test_exit_code}
+    detail = {"test_exit_code": verdict.test_exit_code}
     if verdict.infra_failure:
         return Graded(None, verdict.outcome, infra_failure=f"grading: {verdict.outcome}: {verdict.detail[:300]}",
                       detail=detail)
