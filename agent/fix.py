@@ -149,7 +149,9 @@ def fix_repository(request: FixRequest, config: Config, layout: RunLayout) -> tu
             runtime = LocalRuntime(source, commit)
         else:
             image = build_fix_image(source, commit, request.python, network=not request.offline)
-            runtime = DockerRuntime(image, workdir=REPO_WORKDIR, network=False)
+            # the build had the network it needed; the agent's box has none, and the hardened `runtime.*` limits
+            runtime = DockerRuntime(image, workdir=REPO_WORKDIR, network=False, cpus=config.runtime.cpus or 1.0,
+                                    **config.runtime.box())
         with runtime:
             result = run_task(task, runtime, config, run_dir=layout.trajectory_dir(task.instance_id),
                               meta={"repo": request.repo, "commit": commit})

@@ -2,11 +2,15 @@
 
 Why: a `docker exec` costs ~100+ ms of engine work per command on a loaded machine; a resident server that forks a
 fresh `bash -c` per request answers in a few ms, and commands stay stateless (nothing but the process persists).
-It listens on a Unix socket in a folder bind-mounted from the host. Each connection carries one request: a JSON line
-(`op` = run | read | write), then for `write` exactly `size` payload bytes. Replies are frames: one kind byte
+It listens on a Unix socket in a container-internal tmpfs (the host reaches it through /proc/<pid>/root, so the
+container has no writable host path). Each connection carries one request: a JSON line (`op` = run | read | write |
+snapshot | reset | stop), then for `write` exactly `size` payload bytes. Replies are frames: one kind byte
 (b"O" output/data, b"X" final JSON status), a 4-byte big-endian length, the payload.
-`run` starts the command in its own session and kills that process group on timeout, when the command ends (no
-leftovers), and when the client goes away.
+`run` starts the command in its own session with an empty capability bounding set (the server keeps the few it needs,
+commands get none unless asked: `keep_caps`) and kills that process group on timeout, when the command ends, and when
+the client goes away; when no command is left running, every other process in the container but PID 1 and the server
+is killed too (a `setsid` or double-fork escapes the group, not the sweep: commands are stateless). The status says
+whether the memory cgroup's OOM killer or the pids limit struck during the command.
 
 `snapshot` copies the working tree (all but `.git`) to a pristine store and records each entry's stat; `reset` then
 restores the tree without starting a single process in the common case: entries whose stat changed are copied back,
@@ -15,6 +19,7 @@ new ones deleted, missing ones recreated. Only when git's own state moved (index
 """
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -24,6 +29,49 @@ import struct
 import subprocess
 import sys
 import threading
+import time
+
+#: running commands (pid -> Popen), so `stop` and the sweep know what is still wanted
+RUNNING = {}
+RUNNING_LOCK = threading.Lock()
+#: cgroup v1 and v2 counters: (file, line key) of OOM kills and of forks refused by the pids limit
+OOM_COUNTERS = (("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"), ("/sys/fs/cgroup/memory.events", "oom_kill"))
+PIDS_COUNTERS = (("/sys/fs/cgroup/pids/pids.events", "max"), ("/sys/fs/cgroup/pids.events", "max"))
+
+
+def counter(candidates):
+    """The first readable cgroup counter of `candidates`, or None (no such cgroup here)."""
+    for path, key in candidates:
+        try:
+            with open(path) as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) == 2 and fields[0] == key:
+                        return int(fields[1])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def last_cap():
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+#: resolved before any fork: the child of a threaded server must not import or open files
+PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+LAST_CAP = last_cap()
+
+
+def drop_capabilities(keep):
+    """In the command's child before exec: empty the bounding set but `keep`, so the exec'd shell (uid 0) gets
+    no capability at all; needs CAP_SETPCAP, which the server has and its commands lose here."""
+    for cap in range(LAST_CAP + 1):
+        if cap not in keep:
+            PRCTL(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; fails harmlessly for caps already gone
 
 
 def send(conn, kind, data):
@@ -70,9 +118,13 @@ def pump(proc, conn):
 def run(conn, req):
     env = dict(os.environ)
     env.update(req.get("env") or {})
-    proc = subprocess.Popen(["bash", "-c", req["cmd"]], cwd=req.get("cwd") or None, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    keep = set(req.get("keep_caps") or ())
+    oom, pids = counter(OOM_COUNTERS), counter(PIDS_COUNTERS)
+    with RUNNING_LOCK:
+        proc = subprocess.Popen(["bash", "-c", req["cmd"]], cwd=req.get("cwd") or None, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=lambda: drop_capabilities(keep))
+        RUNNING[proc.pid] = proc
     reader = threading.Thread(target=pump, args=(proc, conn))
     reader.daemon = True
     reader.start()
@@ -83,8 +135,57 @@ def run(conn, req):
         timed_out = True
     kill_group(proc.pid)
     proc.wait()
+    with RUNNING_LOCK:
+        RUNNING.pop(proc.pid, None)
+        swept = sweep() if not RUNNING else 0
     reader.join(10)
-    return {"exit": None if timed_out else proc.returncode, "timed_out": timed_out}
+    return {"exit": None if timed_out else proc.returncode, "timed_out": timed_out, "swept": swept,
+            "oom_killed": grew(oom, counter(OOM_COUNTERS)), "pids_limit_hit": grew(pids, counter(PIDS_COUNTERS))}
+
+
+def grew(before, after):
+    return before is not None and after is not None and after > before
+
+
+def sweep():
+    """Kill every process but PID 1, this server and its parent; repeat until none is left (a fork bomb forks
+    while it is being killed). Returns how many were killed."""
+    keep = {1, os.getpid(), os.getppid()}
+    keep.update(RUNNING)
+    killed = 0
+    for _ in range(200):
+        alive = [pid for pid in others(keep)]
+        if not alive:
+            break
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        time.sleep(0.005)
+    return killed
+
+
+def others(keep):
+    """Live processes (not zombies) outside `keep` and outside the groups of running commands."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in keep:
+            continue
+        try:
+            with open("/proc/" + name + "/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) not in RUNNING:  # fields[2]: the process group
+            yield int(name)
+
+
+def stop(req):
+    """Kill every running command and whatever it left: the host's watchdog asks when a limit is reached."""
+    with RUNNING_LOCK:
+        for pid in list(RUNNING):
+            kill_group(pid)
+        RUNNING.clear()
+        return {"ok": True, "swept": sweep()}
 
 
 def read(conn, req):
@@ -111,7 +212,7 @@ class Tree:
         if os.path.exists(store):
             shutil.rmtree(store)
         os.makedirs(store)
-        self.dirs, self.files, self.links = {}, {}, {}
+        self.dirs, self.files, self.links = {"": os.lstat(root).st_mode}, {}, {}
         total = 0
         for rel, path, kind, st in self.walk():
             if kind == "d":
@@ -177,6 +278,9 @@ class Tree:
             path = os.path.join(self.root, rel)
             if not os.path.isdir(path) or os.path.islink(path):
                 os.makedirs(path, exist_ok=True)
+            if os.lstat(path).st_mode != self.dirs[rel]:  # chmod games on folders (000, a-w) are undone too
+                os.chmod(path, self.dirs[rel] & 0o7777)
+                changed += 1
         for rel, target in self.links.items():
             path = os.path.join(self.root, rel)
             if not os.path.islink(path):
@@ -258,6 +362,8 @@ def handle(conn):
                 status = snapshot(req)
             elif req["op"] == "reset":
                 status = reset(req)
+            elif req["op"] == "stop":
+                status = stop(req)
             else:
                 status = {"error": "ValueError", "message": "unknown op {!r}".format(req["op"])}
         except OSError as exc:

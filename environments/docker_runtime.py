@@ -1,18 +1,22 @@
 """DockerRuntime: a repository inside a running container, driven through the docker SDK.
 
-One long-lived container per runtime (PID 1 is docker's init, which reaps orphans) with memory, CPU and process
-limits, no network unless asked, and pinpoint's labels. Commands reach it through one of two channels:
+One long-lived container per runtime (PID 1 is docker's init, which reaps orphans) with memory, CPU, process and disk
+limits, no network unless asked, every capability dropped but the two the command server needs (commands themselves
+get none), `no-new-privileges`, and pinpoint's labels (environments/sandbox.py says why each). Commands reach it
+through one of two channels:
 
-- `server` (default): environments/container_server.py runs in the container and listens on a Unix socket in a
-  folder bind-mounted from the host; each command is a fresh `bash -c` forked by it. A few ms per command instead
-  of the ~100+ ms of engine work a `docker exec` costs, which is what makes `reset()` fast.
-- `exec` (fallback, when the image has no python3 or the engine cannot bind-mount host folders, e.g. a remote
-  DOCKER_HOST): each command is a `docker exec` of a wrapper that runs it under `setsid`; on timeout the host kills
-  the group through a second exec.
+- `server` (default): environments/container_server.py runs in the container (put there by the archive API, no host
+  folder mounted) and listens on a Unix socket in a container-internal tmpfs, which the host reaches through
+  `/proc/<pid>/root`; each command is a fresh `bash -c` forked by it. A few ms per command instead of the ~100+ ms
+  of engine work a `docker exec` costs, which is what makes `reset()` fast.
+- `exec` (fallback, when the image has no python3 or this process cannot reach the container's /proc root, e.g. a
+  remote DOCKER_HOST or a non-root user): each command is a `docker exec` of a wrapper that runs it under `setsid`;
+  on timeout the host kills the group through a second exec.
 
 Either way each command runs in its own process group, killed on timeout and when the command ends (stateless
-commands). `reset()` restores the tree in place with the git scripts shared with LocalRuntime and recreates the
-container only when it is broken, when asked, or when base-state artefacts went missing.
+commands; the server also sweeps whatever escaped the group). `reset()` restores the tree in place with the git
+scripts shared with LocalRuntime and recreates the container only when it is broken, when asked, when base-state
+artefacts went missing, or when a command passed the disk limit.
 """
 
 from __future__ import annotations
@@ -22,12 +26,10 @@ import errno as errno_codes
 import json
 import os
 import posixpath
-import shutil
 import socket
 import struct
 import subprocess
 import tarfile
-import tempfile
 import threading
 import time
 import uuid
@@ -39,18 +41,14 @@ from pathlib import Path
 import docker
 import requests
 
-from environments import engine
+from environments import engine, sandbox
 from environments.labels import container_labels
 from environments.runtime import RuntimeBroken, RuntimeFailure
+from environments.sandbox import CTL_DIR, SERVER_HOME, DiskMeter
 from environments.worktree import GitWorktreeRuntime, OutputBuffer, RawResult
 
-SERVER_SOURCE = Path(__file__).with_name("container_server.py")
-_CTL_IN_CONTAINER = "/run/pinpoint-ctl"
-#: PID 1's child: the command server when python3 exists, else a sleeper (the exec channel then does the work)
-_MAIN = (f"python3 -I {_CTL_IN_CONTAINER}/server.py {_CTL_IN_CONTAINER}/sock 2>{_CTL_IN_CONTAINER}/server.err"
-         f" || touch {_CTL_IN_CONTAINER}/failed; exec sleep infinity")
-#: where the command server keeps pristine copies of the working tree (inside the container)
-PRISTINE_STORE = "/.pinpoint-pristine"
+#: where the command server keeps pristine copies of the working tree (inside its own folder, out of commands' reach)
+PRISTINE_STORE = f"{SERVER_HOME}/pristine"
 #: working trees larger than this are reset with git instead of from pristine copies
 PRISTINE_LIMIT_BYTES = 1 << 30
 #: seconds to wait for the command server's socket before falling back to docker exec
@@ -58,7 +56,8 @@ SERVER_START_TIMEOUT_S = 15.0
 
 #: exec channel: runs "$1" in a new session, records its pgid in "$2", kills that group when the command ends
 _WRAPPER = r"""mkdir -p /tmp/.pinpoint
-setsid bash -c "$1" </dev/null & p=$!
+drop=(); command -v setpriv >/dev/null && drop=(setpriv "--bounding-set=-all$3" --inh-caps=-all --)
+setsid "${drop[@]}" bash -c "$1" </dev/null & p=$!
 echo "$p" > "$2"
 wait "$p"; rc=$?
 kill -KILL -- "-$p" 2>/dev/null
@@ -119,6 +118,9 @@ class DockerRuntime(GitWorktreeRuntime):
         mem_limit: str = "4g",
         cpus: float = 1.0,
         pids_limit: int = 1024,
+        disk_limit: str | None = "10g",
+        disk_check_s: float = 1.0,
+        command_capabilities: str = "",
         env: dict[str, str] | None = None,
         client: docker.DockerClient | None = None,
         labels: dict[str, str] | None = None,
@@ -130,9 +132,12 @@ class DockerRuntime(GitWorktreeRuntime):
         self.workdir = workdir
         self._client = client or engine.client()
         self._want_server = channel == "server"
-        self._ctl_dir = tempfile.mkdtemp(prefix="pinpoint-ctl-")
-        os.chmod(self._ctl_dir, 0o755)
-        shutil.copy(SERVER_SOURCE, os.path.join(self._ctl_dir, "server.py"))
+        self._keep_caps = sandbox.capability_numbers(command_capabilities)
+        self._keep_caps_text = "".join(f",+{n.strip().lower().removeprefix('cap_')}"
+                                       for n in command_capabilities.split(",") if n.strip())
+        self.disk_limit_bytes = sandbox.parse_size(disk_limit) if disk_limit else None
+        self.disk_limit, self._disk_check_s = disk_limit, disk_check_s
+        self.mem_limit, self.pids_limit = mem_limit, pids_limit
         self._create_kwargs = dict(
             network_mode="bridge" if network else "none",
             mem_limit=mem_limit,
@@ -142,13 +147,18 @@ class DockerRuntime(GitWorktreeRuntime):
             environment=dict(env or {}),
             labels=container_labels(**{"pinpoint.image": image, **(labels or {})}),
             working_dir=workdir,
-            volumes={self._ctl_dir: {"bind": _CTL_IN_CONTAINER, "mode": "rw"}},
+            **sandbox.hardening_kwargs(command_capabilities, server=self._want_server),
         )
         self._private_addresses_hang = private_addresses_hang and not network
         self._closed = False
         self.container = None
+        self._disk: DiskMeter | None = None
+        #: how the disk limit is enforced: "quota" (the storage driver), "watchdog" (DiskMeter), or None (no limit)
+        self.disk_bound: str | None = None
+        self._recreate_next_reset = False
+        self._ctl_root = ""
         # what close() releases, also when the runtime is garbage-collected or the interpreter exits without close()
-        self._owned = _Owned(self._ctl_dir)
+        self._owned = _Owned()
         self._cleanup = weakref.finalize(self, self._owned.release)
         self.channel = "exec"
         self._fast_reset = False
@@ -161,22 +171,40 @@ class DockerRuntime(GitWorktreeRuntime):
     # -- container lifecycle -------------------------------------------------------------------------------------
     @property
     def _sock(self) -> str:
-        return os.path.join(self._ctl_dir, "sock")
+        return f"{self._ctl_root}{CTL_DIR}/sock"
 
     @property
     def _failed(self) -> str:
-        return os.path.join(self._ctl_dir, "failed")
+        return f"{self._ctl_root}{CTL_DIR}/failed"
+
+    def _create(self):
+        """Create (not start) the container, with a disk quota where the storage driver has one."""
+        main = sandbox.main_command(self._want_server)
+        quota = sandbox.storage_quota(self._client, self.disk_limit) if self.disk_limit else {}
+        try:
+            return self._client.containers.create(self.image, main, init=True, **self._create_kwargs, **quota)
+        except docker.errors.APIError as exc:
+            if not quota or not sandbox.quota_refused(exc):
+                raise
+            sandbox.forget_quota(self._client)  # e.g. overlay2 on xfs without pquota: the watchdog bounds it
+            return self._client.containers.create(self.image, main, init=True, **self._create_kwargs)
 
     def _start(self) -> None:
-        for stale in (self._sock, self._failed):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(stale)
         try:
-            self.container = self._client.containers.run(
-                self.image, ["sh", "-c", _MAIN], detach=True, init=True, **self._create_kwargs)
-            self._owned.container = self.container
+            self.container = self._create()
         except docker.errors.ImageNotFound as exc:
             raise RuntimeFailure(f"image {self.image!r} does not exist; build it first") from exc
+        self._owned.container = self.container
+        self._recreate_next_reset = False
+        if self._want_server:
+            self.container.put_archive("/", sandbox.server_archive())
+        self.container.start()
+        self.container.reload()
+        self._ctl_root = f"/proc/{self.container.attrs['State']['Pid']}/root"
+        quota = bool(self.container.attrs["HostConfig"].get("StorageOpt"))
+        self.disk_bound = None if not self.disk_limit_bytes else "quota" if quota else "watchdog"
+        self._disk = (DiskMeter(self._client, self.container, self.disk_limit_bytes)
+                      if self.disk_bound == "watchdog" else None)
         if self._private_addresses_hang:
             problem = route_private_addresses_nowhere(self.container)
             if problem:
@@ -202,6 +230,8 @@ class DockerRuntime(GitWorktreeRuntime):
                 raise self._lost(exc, "recording the base state") from exc
 
     def _wait_for_server(self) -> bool:
+        if not os.access(self._ctl_root, os.X_OK):  # not root on the engine's machine: no way in but exec
+            return False
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if os.path.exists(self._sock):
@@ -212,7 +242,7 @@ class DockerRuntime(GitWorktreeRuntime):
         if self._status() != "running":
             raise RuntimeFailure(f"container of {self.image} exited at start: "
                                  f"{self.container.logs(tail=20).decode(errors='replace')}")
-        return False  # no python3 in the image, or an engine that cannot bind-mount this host's folders
+        return False  # no python3 in the image
 
     def _remove(self) -> None:
         self._owned.remove_container()
@@ -273,7 +303,8 @@ class DockerRuntime(GitWorktreeRuntime):
 
     def _exec_run(self, command: str, timeout: float, env: dict[str, str] | None, buffer: OutputBuffer) -> dict:
         pidfile = f"/tmp/.pinpoint/{uuid.uuid4().hex}.pid"
-        exec_id = self._exec_create(["bash", "-c", _WRAPPER, "pinpoint-run", command, pidfile], env)
+        exec_id = self._exec_create(["bash", "-c", _WRAPPER, "pinpoint-run", command, pidfile, self._keep_caps_text],
+                                    env)
         stream = self._client.api.exec_start(exec_id, stream=True)
         reader = threading.Thread(target=_pump, args=(stream, buffer), daemon=True)
         reader.start()
@@ -292,18 +323,47 @@ class DockerRuntime(GitWorktreeRuntime):
         self._check_usable()
         start = time.monotonic()
         buffer = OutputBuffer()
+        watch = _DiskWatch(self) if self._disk is not None else None
         try:
             if self.channel == "server":
-                request = {"op": "run", "cmd": command, "cwd": self.workdir, "env": env or {}, "timeout": timeout}
+                request = {"op": "run", "cmd": command, "cwd": self.workdir, "env": env or {}, "timeout": timeout,
+                           "keep_caps": self._keep_caps}
                 status = self._call(request, sink=buffer, wait_s=timeout + _GRACE_S)
             else:
                 status = self._exec_run(command, timeout, env, buffer)
         except _ChannelLost as exc:
             raise self._lost(exc, f"running {command[:80]!r}") from exc
+        finally:
+            if watch is not None:
+                watch.finish()
         exit_code = status["exit"]
-        if not status["timed_out"] and (exit_code is None or exit_code >= 128) and self._status() != "running":
+        stopped_by = self._stopped_by(status, watch)
+        if (not status["timed_out"] and not stopped_by and (exit_code is None or exit_code >= 128)
+                and self._status() != "running"):
             raise self._broken(f"it stopped while running {command[:80]!r}")
-        return RawResult(exit_code, buffer.getvalue(), status["timed_out"], time.monotonic() - start)
+        return RawResult(exit_code, buffer.getvalue(), status["timed_out"], time.monotonic() - start, stopped_by)
+
+    def _stopped_by(self, status: dict, watch: _DiskWatch | None) -> str | None:
+        """Which limit ended or hindered the command, in words for the model and the episode's status."""
+        if watch is not None and watch.exceeded:
+            self._recreate_next_reset = True  # what it wrote outside the tree is only undone by a new container
+            return (f"disk: the container wrote {watch.used / 2**30:.1f} GiB, over runtime.disk_limit="
+                    f"{self.disk_limit}; the command was killed and the next reset() starts a fresh container")
+        if status.get("oom_killed"):
+            return f"memory: out of memory (runtime.mem_limit={self.mem_limit}); the kernel killed a process"
+        if status.get("pids_limit_hit"):
+            return f"pids: the process limit was reached (runtime.pids_limit={self.pids_limit}); forks failed"
+        return None
+
+    def _stop_commands(self) -> None:
+        """Kill every running command (the disk watchdog's way to stop a filler)."""
+        if self.channel == "server":
+            with contextlib.suppress(_ChannelLost):
+                self._call({"op": "stop"}, wait_s=30)
+        else:
+            with contextlib.suppress(docker.errors.APIError, RuntimeFailure):
+                self._client.api.exec_start(self._exec_create(
+                    ["bash", "-c", "for f in /tmp/.pinpoint/*.pid; do kill -KILL -- -$(cat $f); done"]))
 
     def _abs(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.workdir, path))
@@ -362,7 +422,7 @@ class DockerRuntime(GitWorktreeRuntime):
         the working tree (packages installed, files in /tmp)."""
         if self._closed:
             raise RuntimeBroken(f"runtime on {self.image} is closed")
-        if not recreate and self.container is not None:
+        if not recreate and self.container is not None and not self._recreate_next_reset:
             with contextlib.suppress(_ChannelLost):
                 if self._fast_reset and self._call({"op": "reset", "root": self.workdir}).get("ok"):
                     return
@@ -379,10 +439,9 @@ class DockerRuntime(GitWorktreeRuntime):
 
 
 class _Owned:
-    """The container and control folder of one runtime; kept apart so a finalizer can release them."""
+    """The container of one runtime; kept apart so a finalizer can release it."""
 
-    def __init__(self, ctl_dir: str) -> None:
-        self.ctl_dir = ctl_dir
+    def __init__(self) -> None:
         self.container = None
 
     def remove_container(self) -> None:
@@ -393,7 +452,35 @@ class _Owned:
 
     def release(self) -> None:
         self.remove_container()
-        shutil.rmtree(self.ctl_dir, ignore_errors=True)
+
+
+class _DiskWatch:
+    """While one command runs: measures the container's writable layer every `disk_check_s` and once at the end,
+    and stops the command when it passes the limit. Between checks a writer can overshoot by what it writes in
+    that time (docs/security.md)."""
+
+    def __init__(self, runtime: DockerRuntime) -> None:
+        self.runtime, self.used, self.exceeded = runtime, 0, False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _check(self, force: bool) -> bool:
+        self.used = self.runtime._disk.used(force)
+        self.exceeded = self.exceeded or self.used > self.runtime.disk_limit_bytes
+        return self.exceeded
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.runtime._disk_check_s):
+            if self._check(force=True):
+                self.runtime._stop_commands()
+                return
+
+    def finish(self) -> None:
+        self._done.set()
+        self._thread.join()
+        if not self.exceeded:
+            self._check(force=False)
 
 
 def _recv_exact(conn: socket.socket, size: int) -> bytes:

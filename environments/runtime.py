@@ -14,6 +14,8 @@ from typing import Literal
 from environments.errors import PinpointError
 
 TIMEOUT_MARKER = "[pinpoint: command timed out after {seconds:g}s; output above is partial; process group killed]"
+#: appended when a sandbox limit stopped or hindered a command (DockerRuntime; docs/security.md)
+LIMIT_MARKER = "[pinpoint: sandbox limit hit: {why}]"
 
 
 class RuntimeFailure(PinpointError):
@@ -35,6 +37,19 @@ class RuntimeSettings:
     pids_limit: int = 1024
     #: how commands reach the container: a small command server (fast), or one `docker exec` per command
     channel: Literal["server", "exec"] = "server"
+    #: bytes a container may write (its writable layer: the tree, /tmp, installs); SWE-bench's task metadata pins
+    #: 10g. A storage quota where the driver has one, else a watchdog that kills the command (docs/security.md)
+    disk_limit: str = "10g"
+    #: seconds between the disk watchdog's checks while a command runs (it also checks when each command ends)
+    disk_check_s: float = 1.0
+    #: capabilities commands keep, comma-separated (e.g. "NET_RAW"); default none: uid 0 with an empty set
+    command_capabilities: str = ""
+
+    def box(self) -> dict:
+        """DockerRuntime's keyword arguments for these settings (all but `cpus`, which the caller sizes)."""
+        return {"mem_limit": self.mem_limit, "pids_limit": self.pids_limit, "channel": self.channel,
+                "disk_limit": self.disk_limit, "disk_check_s": self.disk_check_s,
+                "command_capabilities": self.command_capabilities}
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,8 @@ class CommandResult:
     output: str
     timed_out: bool = False
     duration_s: float = 0.0
+    #: the sandbox limit that stopped or hindered the command (disk, memory, pids), in words; None when none did
+    stopped_by: str | None = None
 
     @property
     def ok(self) -> bool:

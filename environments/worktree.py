@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from environments.runtime import TIMEOUT_MARKER, CommandResult, Runtime, RuntimeFailure
+from environments.runtime import LIMIT_MARKER, TIMEOUT_MARKER, CommandResult, Runtime, RuntimeFailure
 
 #: at most this much output is kept per command; the rest is counted and noted
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -65,6 +65,8 @@ class RawResult:
     output: bytes
     timed_out: bool
     duration_s: float
+    #: the limit that stopped or hindered the command (disk, memory, pids), in words; None when none did
+    stopped_by: str | None = None
 
 
 class OutputBuffer:
@@ -103,10 +105,12 @@ class GitWorktreeRuntime(Runtime):
     def run(self, command: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:
         raw = self._exec(command, timeout, env)
         output = raw.output.decode("utf-8", errors="replace")
+        sep = "" if not output or output.endswith("\n") else "\n"
         if raw.timed_out:
-            sep = "" if not output or output.endswith("\n") else "\n"
-            output = f"{output}{sep}{TIMEOUT_MARKER.format(seconds=timeout)}\n"
-        return CommandResult(raw.exit_code, output, raw.timed_out, raw.duration_s)
+            output, sep = f"{output}{sep}{TIMEOUT_MARKER.format(seconds=timeout)}\n", ""
+        if raw.stopped_by:
+            output = f"{output}{sep}{LIMIT_MARKER.format(why=raw.stopped_by)}\n"
+        return CommandResult(raw.exit_code, output, raw.timed_out, raw.duration_s, raw.stopped_by)
 
     def _script(self, script: str, what: str, timeout: float = 120.0) -> RawResult:
         raw = self._exec(script, timeout)

@@ -39,8 +39,7 @@ def instance_runtime(instance: Instance, image: str, settings: RuntimeSettings |
     """A container of `image` (the instance's image) sized for `instance`; started on first use."""
     settings = settings or RuntimeSettings()
     return DockerRuntime(image, workdir=TESTBED, network=False, private_addresses_hang=True,
-                         cpus=instance_cpus(instance, settings), mem_limit=settings.mem_limit,
-                         pids_limit=settings.pids_limit, channel=settings.channel)
+                         cpus=instance_cpus(instance, settings), **settings.box())
 
 
 def runtime_for(instance: Instance, settings: RuntimeSettings | None = None,
