@@ -1,0 +1,304 @@
+"""RepairEnv for trainers: SkyRL's `BaseTextEnv`, verl's agent loop, and an episode's tokens as the fields of verl's
+`AgentLoopOutput` and SkyRL's `GeneratorOutput`.
+
+- SkyRL (skyrl-gym): `PinpointSkyRLEnv` is a `BaseTextEnv`; `register_skyrl_env()` registers it as
+  `pinpoint_repair` for `skyrl_gym.make`. SkyRL's generator tokenizes and generates; the env acts.
+- verl: `load_verl_agent_loop()` gives `environments.rl.verl_loop.PinpointAgentLoop`, an `AgentLoopBase` registered
+  as `pinpoint_repair` (verl is optional: a clear error when it is not installed). It generates from token ids
+  through verl's server manager and records them with the same `EpisodeRecorder` as the gateway.
+- `verl_agent_loop_output` / `skyrl_generator_output` turn `EpisodeResult`s (the gateway's or the loop's tokens, the
+  reward, LLM and env time) into exactly those trainers' fields (contracts read from verl b178a3cd and SkyRL
+  a9564572; tests/test_rl_adapters.py pins them).
+
+An infrastructure failure (reward None) raises `InfraFailure` here: neither trainer can drop a sample, and training on
+it as a 0 is what the environment promises never to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import dataclasses
+import functools
+import importlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+from environments.errors import PinpointError, UsageError
+from environments.rl.env import EnvSettings, InfraFailure, RepairEnv
+from environments.rl.pool import WarmPool
+from environments.rl.tokens import EpisodeRecorder, EpisodeTokens
+
+SKYRL_ENV_ID = "pinpoint_repair"
+SUBMIT_ACTION = '{"tool": "submit", "arguments": {}}'
+
+
+class MissingTrainer(PinpointError, ImportError):
+    """A trainer's adapter was asked for but the trainer is not installed."""
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode, for the output builders: its tokens, reward (None: infrastructure failure, with the
+    reason) and where the time went. `logprobs=False` when the server gave none (the builders then send None)."""
+
+    tokens: EpisodeTokens
+    reward: float | None
+    env_s: float = 0.0
+    stop_reason: str = "stop"
+    infra_failure: str | None = None
+    trajectory_id: Any = None
+    logprobs: bool = True
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def checked_reward(self) -> float:
+        """The reward as a float; InfraFailure when there is none (never a silent 0)."""
+        if self.reward is None:
+            raise InfraFailure(f"episode {self.trajectory_id or ''} has no reward (infrastructure failure: "
+                               f"{self.infra_failure or 'no reason given'}); it cannot be a training sample")
+        return float(self.reward)
+
+
+# -- settings and the process's pool ---------------------------------------------------------------------------
+
+def env_settings(config: Any = None) -> EnvSettings:
+    """EnvSettings from a trainer's config mapping (reward, max_steps, time_budget_s, ...); UsageError names an
+    unknown field. An EnvSettings passes through."""
+    if isinstance(config, EnvSettings):
+        return config
+    fields = dict(config or {})
+    known = {f.name for f in dataclasses.fields(EnvSettings)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise UsageError(f"pinpoint env settings: unknown field(s) {', '.join(unknown)}; expected some of "
+                         f"{', '.join(sorted(known))}")
+    return EnvSettings(**fields)
+
+
+_pool: WarmPool | None = None
+_pool_lock = threading.Lock()
+
+
+def shared_pool() -> WarmPool:
+    """One warm pool per process: trainers make an env per trajectory, and the containers must outlive them."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = WarmPool()
+            atexit.register(_pool.close)
+        return _pool
+
+
+def task_of(extras: dict[str, Any]) -> Any:
+    """The task a trainer's dataset row carries: `task`, or `extra_info.task` (verl's and SkyRL's usual place)."""
+    task = extras.get("task") or (extras.get("extra_info") or {}).get("task")
+    if task is None:
+        raise UsageError('a pinpoint dataset row needs "task" (a tasks-file row), at the top or in "extra_info"')
+    return task
+
+
+# -- SkyRL ------------------------------------------------------------------------------------------------------
+
+class PinpointSkyRLEnv(BaseTextEnv):
+    """RepairEnv as a SkyRL text env: `init` resets it and returns its chat; `step(text)` runs one action.
+
+    `extras` is the dataset row's env extras (`task`, and `max_turns`, which SkyRL's generator sets: it becomes the
+    env's step budget, so the last turn is graded). `env_config` holds EnvSettings fields. Rewards are 0.0 until the
+    end; an infrastructure failure raises InfraFailure.
+    """
+
+    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None,
+                 env: RepairEnv | None = None) -> None:
+        super().__init__()
+        extras = extras or {}
+        settings = env_settings(env_config)
+        if extras.get("max_turns"):
+            settings = dataclasses.replace(settings, max_steps=int(extras["max_turns"]))
+        self.max_turns = settings.max_steps
+        self.task = task_of(extras)
+        self.env = env or RepairEnv(settings, pool=shared_pool())
+        self.last_info: dict[str, Any] = {}
+        self.reward: float | None = None
+
+    def init(self, prompt: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The task's own chat (system prompt with the text-format tools, then the task); `prompt` is ignored."""
+        _, info = self.env.reset(options={"task": self.task})
+        self.turns = 0
+        return list(info["messages"]), {"task_id": info["task_id"], "env_s": info["env_s"]}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.last_info = info
+        if reward is None:
+            raise InfraFailure(f"{self.task_id}: {info.get('infra_failure')}")
+        done = terminated or truncated
+        if done:
+            self.reward = reward
+        return BaseTextEnvStepOutput(observations=[] if done else [{"role": "user", "content": observation}],
+                                     reward=float(reward), done=done, metadata=info, postprocessed_action=None)
+
+    @property
+    def task_id(self) -> str:
+        if isinstance(self.task, dict):
+            return str(self.task.get("task_id") or self.task.get("instance_id") or "task")
+        return str(getattr(self.task, "task_id", "task"))
+
+    def get_metrics(self) -> dict[str, Any]:
+        info = self.last_info
+        return {"steps": self.turns, "reward": self.reward, "unit": info.get("unit"),
+                "edited_lines": info.get("edited_lines"), "env_s": info.get("env_s")}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def register_skyrl_env(env_id: str = SKYRL_ENV_ID) -> str:
+    """Register PinpointSkyRLEnv with skyrl_gym (once; safe to call again) and return its id."""
+    from skyrl_gym.envs.registration import register, registry
+
+    if env_id not in registry:
+        register(id=env_id, entry_point=f"{__name__}:PinpointSkyRLEnv")
+    return env_id
+
+
+# -- an episode in token space (verl's loop; any token-in, token-out trainer) -------------------------------------
+
+@dataclass(frozen=True)
+class TokenIO:
+    """How a token-in, token-out loop talks to its trainer: the first prompt's ids, a generation (ids and their
+    logprobs, None when the server gives none), decoding for the env, and an observation's ids."""
+
+    prompt_ids: Callable[[list[dict[str, Any]]], Awaitable[list[int]]]
+    generate: Callable[[list[int]], Awaitable[tuple[list[int], list[float] | None]]]
+    decode: Callable[[list[int]], str]
+    observation_ids: Callable[[str], Awaitable[list[int]]]
+
+
+async def run_token_episode(env: RepairEnv, task: Any, io: TokenIO,
+                            max_response_tokens: int | None = None) -> EpisodeResult:
+    """One episode: generate from the recorded ids, act, append the observation's ids, until the env ends it. When
+    the response would outgrow `max_response_tokens`, the episode is submitted (graded as it stands)."""
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    _, info = await loop.run_in_executor(None, functools.partial(env.reset, options={"task": task}))
+    env_s = time.monotonic() - started
+    recorder, pending, logprobs_known = EpisodeRecorder(), [], True
+    prompt: list[int] | None = await io.prompt_ids(info["messages"])
+    stop_reason = "stop"
+    while True:
+        context = prompt if prompt is not None else recorder.current.context_ids + pending
+        started = time.monotonic()
+        ids, logprobs = await io.generate(context)
+        logprobs_known = logprobs_known and logprobs is not None
+        recorder.record_call(prompt, pending, ids, logprobs or [0.0] * len(ids), time.monotonic() - started)
+        action = io.decode(ids)
+        if max_response_tokens is not None and len(recorder.current.response_ids) >= max_response_tokens:
+            action, stop_reason = SUBMIT_ACTION, "length"
+        started = time.monotonic()
+        observation, reward, terminated, truncated, info = await loop.run_in_executor(None, env.step, action)
+        env_s += time.monotonic() - started
+        if terminated or truncated:
+            break
+        prompt, pending = None, await io.observation_ids(observation)
+        if max_response_tokens is not None and len(recorder.current.response_ids) + len(pending) >= max_response_tokens:
+            started = time.monotonic()
+            _, reward, _, _, info = await loop.run_in_executor(None, env.step, SUBMIT_ACTION)
+            env_s += time.monotonic() - started
+            stop_reason = "length"
+            break
+    return EpisodeResult(recorder.snapshot(), reward, env_s, stop_reason, info.get("infra_failure"),
+                         logprobs=logprobs_known, metrics={"steps": info.get("steps"), "unit": info.get("unit")})
+
+
+def load_verl_agent_loop() -> type:
+    """verl's agent loop class for RepairEnv (registered with verl as `pinpoint_repair`); MissingTrainer when verl
+    is not installed."""
+    try:
+        module = importlib.import_module("environments.rl.verl_loop")
+    except ImportError as exc:
+        if not (exc.name or "").startswith("verl"):
+            raise
+        raise MissingTrainer("the verl agent loop needs verl: pip install verl (with its vLLM or SGLang rollout); "
+                             "the output builders in environments.rl.adapters work without it") from exc
+    return module.PinpointAgentLoop
+
+
+# -- trainer outputs ----------------------------------------------------------------------------------------------
+
+def verl_agent_loop_output(result: EpisodeResult, response_length: int | None = None,
+                           num_turns: int | None = None) -> dict[str, Any]:
+    """The fields of verl's `AgentLoopOutput` (pass them as `AgentLoopOutput(**fields)`), from the last segment.
+
+    `response_length` cuts the response as verl's own loops do; `num_turns` defaults to verl's count (the first
+    prompt, each reply, each observation fed back: 2 per model call). `metrics` is `AgentLoopMetrics`'s fields:
+    generate_sequences = LLM seconds, tool_calls = env seconds.
+    """
+    reward = result.checked_reward()
+    tokens = result.tokens
+    cut = slice(None, response_length)
+    return {
+        "prompt_ids": list(tokens.prompt_ids),
+        "response_ids": tokens.response_ids[cut],
+        "response_mask": tokens.response_mask[cut],
+        "response_logprobs": tokens.rollout_logprobs[cut] if result.logprobs else None,
+        "routed_experts": None,
+        "multi_modal_data": {},
+        "reward_score": reward,
+        "num_turns": 2 * tokens.segments[-1].calls if num_turns is None and tokens.segments else (num_turns or 0),
+        "metrics": {"generate_sequences": tokens.llm_s, "tool_calls": result.env_s, "num_preempted": -1},
+        "extra_fields": {"stop_reason": result.stop_reason, "earlier_segments": max(0, len(tokens.segments) - 1),
+                         **result.metrics},
+    }
+
+
+def skyrl_generator_output(results: Sequence[EpisodeResult], step_wise: bool = False) -> dict[str, Any]:
+    """The fields of SkyRL's `GeneratorOutput` for a batch of episodes, in order.
+
+    Default: one row per episode (its last segment), scalar rewards. `step_wise=True` (SkyRL's
+    `generator.step_wise_trajectories`): one row per segment, per-token rewards with the episode's reward on the
+    last token of its last segment, `is_last_step` marking it; rows of one episode share its trajectory id.
+    """
+    rows = [(r, s, i == len(r.tokens.segments) - 1) for r in results
+            for i, s in enumerate(r.tokens.segments if step_wise else r.tokens.segments[-1:])]
+    rewards: list[Any] = []
+    for result, segment, last in rows:
+        reward = result.checked_reward()
+        if step_wise:
+            per_token = [0.0] * len(segment.response_ids)
+            if last and per_token:
+                per_token[-1] = reward
+            rewards.append(per_token)
+        else:
+            rewards.append(reward)
+    with_ids = all(r.trajectory_id is not None for r in results)
+    return {
+        "prompt_token_ids": [list(s.prompt_ids) for _, s, _ in rows],
+        "response_ids": [list(s.response_ids) for _, s, _ in rows],
+        "rewards": rewards,
+        "loss_masks": [list(s.response_mask) for _, s, _ in rows],
+        "stop_reasons": [r.stop_reason for r, _, _ in rows],
+        "rollout_metrics": _rollout_metrics(results),
+        "rollout_logprobs": [list(s.rollout_logprobs) for _, s, _ in rows]
+        if all(r.logprobs for r in results) else None,
+        "trajectory_ids": [r.trajectory_id for r, _, _ in rows] if with_ids else None,
+        "trajectory_generation_times": [r.tokens.llm_s + r.env_s for r in results],
+        "trajectory_time_splits": {"llm": [r.tokens.llm_s for r in results], "env": [r.env_s for r in results]},
+        "rollout_expert_indices": None,
+        "is_last_step": [last for _, _, last in rows] if step_wise else None,
+        "env_metrics": [dict(r.metrics) for r, _, _ in rows],
+        "pixel_values": None,
+        "image_grid_thw": None,
+    }
+
+
+def _rollout_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
+    count = max(1, len(results))
+    return {"pinpoint/avg_llm_s": sum(r.tokens.llm_s for r in results) / count,
+            "pinpoint/avg_env_s": sum(r.env_s for r in results) / count,
+            "pinpoint/avg_model_calls": sum(r.tokens.calls for r in results) / count}

@@ -1,0 +1,54 @@
+"""verl's agent loop on RepairEnv (needs verl; get it with `environments.rl.adapters.load_verl_agent_loop()`).
+
+In verl's agent-loop config (`actor_rollout_ref.rollout.agent.agent_loop_config_path`):
+
+    - name: pinpoint_repair
+      _target_: environments.rl.verl_loop.PinpointAgentLoop
+
+and in each dataset row `agent_name: pinpoint_repair` and the task (`task`, or `extra_info.task`: a tasks-file row),
+optionally `env_settings` (EnvSettings fields). Generation goes through verl's server manager in token ids
+(token in, token out: nothing is re-tokenized); observations are tokenized as verl's tool loop does (the chat
+template of a user message, without the system prompt), with mask 0. Contract: verl b178a3cd
+(verl/experimental/agent_loop/agent_loop.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+
+from environments.rl.adapters import (
+    TokenIO,
+    env_settings,
+    run_token_episode,
+    shared_pool,
+    task_of,
+    verl_agent_loop_output,
+)
+from environments.rl.env import RepairEnv
+
+
+@register("pinpoint_repair")
+class PinpointAgentLoop(AgentLoopBase):
+    """One RepairEnv episode per sample; reward from the env (an infrastructure failure raises InfraFailure)."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        response_length = self.config.actor_rollout_ref.rollout.response_length
+        request_id = uuid4().hex  # sticky: every turn of the episode on one server (prefix cache)
+
+        async def generate(prompt_ids: list[int]) -> tuple[list[int], list[float] | None]:
+            output = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt_ids,
+                                                        sampling_params=sampling_params)
+            return list(output.token_ids), list(output.log_probs) if output.log_probs else None
+
+        async def observation_ids(text: str) -> list[int]:
+            return await self.apply_chat_template([{"role": "user", "content": text}], remove_system_prompt=True)
+
+        io = TokenIO(prompt_ids=self.apply_chat_template, generate=generate,
+                     decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+                     observation_ids=observation_ids)
+        with RepairEnv(env_settings(kwargs.get("env_settings")), pool=shared_pool()) as env:
+            result = await run_token_episode(env, task_of(kwargs), io, max_response_tokens=response_length)
+        return AgentLoopOutput(**verl_agent_loop_output(result, response_length=response_length))
