@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "swebench_eval.cli",
     "localization.cli",
     "agent.commands",
+    "agent.inspector.cli",
 )
 
 

@@ -1,0 +1,69 @@
+"""`pinpoint inspect [PATH] [--port N] [--export FILE.html]` and `pinpoint bench inspector`: arguments and prints."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from environments import paths
+from environments.cli import BENCH_HELP, subcommand_group
+from environments.errors import UsageError
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from agent.inspector.index import check_path, export_data
+    from agent.inspector.page import render_page
+    from agent.inspector.server import make_server
+
+    path = Path(args.path) if args.path else paths.runs_dir()
+    found = check_path(path)
+    if args.export:
+        out = Path(args.export)
+        if not out.parent.is_dir():
+            raise UsageError(f"cannot write {out}: folder {out.parent} does not exist")
+        out.write_text(render_page(export_data(path)), encoding="utf-8")
+        print(f"pinpoint inspect: wrote {out} ({out.stat().st_size // 1024} KiB, self-contained: open it in any "
+              "browser)")
+        return 0
+    try:
+        server = make_server(found, args.port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
+    port = server.server_address[1]
+    print(f"pinpoint inspect: http://127.0.0.1:{port}/  (following {path}; Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from agent.inspector.bench import bench_inspector, format_bench, write_json
+
+    if args.events < 1:
+        raise UsageError("--events must be at least 1")
+    result = bench_inspector(Path(args.trajectory) if args.trajectory else None, args.events)
+    print(format_bench(result))
+    if args.json:
+        write_json(result, Path(args.json))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    inspect = subparsers.add_parser("inspect", help="web inspector: trajectories, localization, search, verdicts, "
+                                    "batches and RL datasets in a browser")
+    inspect.add_argument("path", nargs="?", help="a trajectory, a run folder, a runs root or an RL dataset "
+                         "(default: the runs root)")
+    inspect.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    inspect.add_argument("--export", metavar="FILE.html", help="write one self-contained page instead of serving")
+    inspect.set_defaults(func=_cmd_inspect)
+
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
+    inspector = bench.add_parser("inspector", help="page load time of a 10,000-event trajectory vs a small one")
+    inspector.add_argument("--trajectory", help="the real trajectory to repeat (default: the newest under runs/)")
+    inspector.add_argument("--events", type=int, default=10_000, help="events in the large trajectory")
+    inspector.add_argument("--json", help="also write the figures to this file")
+    inspector.set_defaults(func=_cmd_bench)

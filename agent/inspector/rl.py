@@ -1,0 +1,98 @@
+"""RL rollout datasets (one row per episode, JSONL or Parquet) as a table: status, reward, steps, token counts.
+
+Every field is optional: a row missing one shows a blank, never an error, since the dataset's writer evolves.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: the table's columns beside the episode's id
+COLUMNS = ("task_id", "sample", "status", "reward", "reward_kind", "reason", "steps", "prompt_tokens",
+           "response_tokens", "trained_tokens", "logprobs", "llm_s", "env_s", "messages")
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The file's rows as dicts (a JSONL line being written, or not an object, is skipped)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return [r for r in pq.read_table(path).to_pylist() if isinstance(r, dict)]
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _length(value: Any) -> int | None:
+    return len(value) if isinstance(value, list | tuple) else None
+
+
+def _info(row: dict) -> dict:
+    info = row.get("reward_info")
+    if isinstance(info, str):
+        try:
+            info = json.loads(info)
+        except ValueError:
+            info = {"reason": info}
+    return info if isinstance(info, dict) else {}
+
+
+def episode_row(row: dict, key: str) -> dict:
+    """One table row: the episode's scalars and its token counts (prompt, response, masked-in response tokens)."""
+    mask = row.get("response_mask")
+    reward = row.get("reward")
+    return {"key": key, "task_id": row.get("task_id"), "sample": row.get("sample"), "status": row.get("status"),
+            "reward": reward if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
+            "reward_kind": row.get("reward_kind"), "reason": _info(row).get("reason"), "steps": row.get("steps"),
+            "prompt_tokens": _length(row.get("prompt_ids")), "response_tokens": _length(row.get("response_ids")),
+            "trained_tokens": int(sum(mask)) if isinstance(mask, list | tuple) else None,
+            "logprobs": _length(row.get("rollout_logprobs")), "llm_s": row.get("llm_s"), "env_s": row.get("env_s"),
+            "messages": _length(row.get("messages"))}
+
+
+def episode_detail(row: dict) -> dict:
+    """What the page shows for one episode: its messages and reward info (token ids stay in the file)."""
+    messages = row.get("messages")
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except ValueError:
+            messages = [{"role": "?", "content": messages}]
+    return {"episode": episode_row(row, ""), "reward_info": _info(row),
+            "messages": messages if isinstance(messages, list) else []}
+
+
+def dataset_rows(files: list[Path], base: Path) -> list[dict]:
+    """Every episode of every file, keyed `rl:<file relative to base>:<row index>`."""
+    rows = []
+    for path in files:
+        try:
+            name = str(path.resolve().relative_to(base.resolve()))
+        except ValueError:
+            name = path.name
+        try:
+            rows += [{**episode_row(r, f"rl:{name}:{i}"), "file": name} for i, r in enumerate(read_rows(path))]
+        except (OSError, ValueError, ImportError) as exc:
+            rows.append({"key": f"rl:{name}:error", "file": name, "status": f"unreadable: {exc}"})
+    return rows
+
+
+def rl_plots(rows: list[dict]) -> dict:
+    """Rewards (null ones counted apart, with their reasons) and statuses."""
+    rewards = [r["reward"] for r in rows if isinstance(r.get("reward"), int | float)]
+    reasons: dict[str, int] = {}
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
+        if r.get("reward") is None:
+            reasons[str(r.get("reason") or "no reason given")] = reasons.get(str(r.get("reason") or "no reason given"), 0) + 1
+    return {"rewards": rewards, "null_reasons": reasons, "statuses": statuses,
+            "mean_reward": sum(rewards) / len(rewards) if rewards else None}
