@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import shlex
 import tempfile
 import threading
 import time
@@ -187,6 +188,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                   f"{'PASS' if verdict.ok else 'FAIL'}[/] ({verdict.passed} passed, {verdict.failed} failed)")
     console.print(f"trajectory: {result.trajectory}  (pinpoint show {result.trajectory})")
     console.print(f"demo took {time.monotonic() - started:.0f}s")
+    console.print(f"see it in a browser: pinpoint inspect {shlex.quote(str(Path(result.trajectory).parent))}",
+                  soft_wrap=True)
     return 0
 
 
