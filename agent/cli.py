@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "localization.cli",
     "agent.commands",
     "agent.inspector.cli",
+    "environments.rl.cli",
 )
 
 

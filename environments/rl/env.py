@@ -164,6 +164,10 @@ class RepairEnv(gymnasium.Env):
         info["env_s"] = time.monotonic() - started
         return observation, reward, False, False, info
 
+    def end_episode(self) -> None:
+        """Abandon the episode (its policy failed): the container goes back to the pool."""
+        self._end_lease()
+
     def close(self) -> None:
         self._end_lease()
         if self._own_pool:

@@ -19,18 +19,21 @@ SUBMIT = {"name": "submit", "arguments": {}}
 
 
 class Policy(Protocol):
-    """The next action given the chat so far (the env's observations appended as user messages)."""
+    """The next action given the chat so far (the env's observations appended as user messages) and, for a model,
+    the tools' schemas."""
 
     name: str
 
-    def act(self, messages: list[dict[str, Any]]) -> tuple[str | dict, dict[str, Any] | None]:
+    def act(self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+            ) -> tuple[str | dict, dict[str, Any] | None]:
         """(action, the assistant message to append to `messages`, or None to append the action as text)."""
 
 
 class NoopPolicy:
     name = "noop"
 
-    def act(self, messages: list[dict[str, Any]]) -> tuple[str | dict, dict[str, Any] | None]:
+    def act(self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+            ) -> tuple[str | dict, dict[str, Any] | None]:
         return dict(SUBMIT), None
 
 
@@ -42,7 +45,8 @@ class GoldPolicy:
     def __init__(self, gold_patch: str) -> None:
         self._actions = gold_actions(gold_patch) + [dict(SUBMIT)]
 
-    def act(self, messages: list[dict[str, Any]]) -> tuple[str | dict, dict[str, Any] | None]:
+    def act(self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+            ) -> tuple[str | dict, dict[str, Any] | None]:
         return (self._actions.pop(0) if self._actions else dict(SUBMIT)), None
 
 
@@ -69,8 +73,9 @@ class LLMPolicy:
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    def act(self, messages: list[dict[str, Any]]) -> tuple[str | dict, dict[str, Any] | None]:
-        reply = self.client.complete(messages)
+    def act(self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+            ) -> tuple[str | dict, dict[str, Any] | None]:
+        reply = self.client.complete(messages, tools)
         return reply.content, {"role": "assistant", "content": reply.content}
 
 

@@ -47,10 +47,13 @@ class PoolStats:
 class WarmPool:
     """Runtimes per key, started ahead and reset between leases. Thread-safe; `close()` releases everything."""
 
-    def __init__(self, idle_per_key: int = 1, max_containers: int = 16, wait_s: float = 600.0) -> None:
+    def __init__(self, idle_per_key: int = 1, max_containers: int = 16, wait_s: float = 600.0,
+                 reuse: bool = True) -> None:
         if max_containers < 1 or idle_per_key < 0:
             raise ValueError("max_containers must be >= 1 and idle_per_key >= 0")
-        self.idle_per_key = idle_per_key
+        #: False: every released runtime is closed, a fresh container per episode (the baseline benchmarks use)
+        self.reuse = reuse
+        self.idle_per_key = idle_per_key if reuse else 0
         self.max_containers = max_containers
         self.wait_s = wait_s
         self.stats = PoolStats()
@@ -89,7 +92,7 @@ class WarmPool:
             key = self._keys.get(id(runtime))
             if key is None:
                 raise ValueError("release() of a runtime this pool did not hand out")
-            if broken or self._closed:
+            if broken or self._closed or not self.reuse:
                 self._discard_locked(runtime)
                 self._top_up_locked(key)
                 return

@@ -1,0 +1,169 @@
+"""`pinpoint rl prepare`, `pinpoint rollout` and `pinpoint bench rl`: arguments and printing only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from environments.cli import BENCH_HELP, subcommand_group
+from environments.errors import UsageError
+
+POLICY_HELP = ("scripted-gold (a FAKE that replays the reference patch), noop, embedded (the offline SmolLM2), or "
+               "the URL of an OpenAI-compatible endpoint (with --model)")
+
+
+def register(subparsers) -> None:
+    rl = subcommand_group(subparsers, "rl", "the RL environment: prepare the images of a tasks file")
+    prepare = rl.add_parser("prepare", help="build (or find) the image of every task and start its warm container")
+    _task_args(prepare)
+    prepare.set_defaults(func=_prepare)
+
+    rollout = subparsers.add_parser("rollout", help="episodes on Ray into a dataset file that resumes after a kill")
+    _task_args(rollout)
+    rollout.add_argument("--policy", required=True, help=POLICY_HELP)
+    rollout.add_argument("--model", default="default", help="model name at --policy URL")
+    rollout.add_argument("--out", type=Path, required=True, help="dataset file: .jsonl, or .parquet")
+    rollout.add_argument("--samples-per-task", type=int, default=1, help="G: samples of each task (a GRPO group)")
+    rollout.add_argument("--workers", type=int, default=1, help="Ray actors, each with its own warm pool")
+    rollout.add_argument("--concurrency", type=int, default=1, help="episodes at once per worker")
+    rollout.add_argument("--address", help="Ray cluster address (default: a local Ray instance)")
+    rollout.add_argument("--reward", choices=["unit", "precise", "localization"], default="unit")
+    rollout.add_argument("--max-steps", type=int, default=30, help="steps per episode (then truncated and graded)")
+    rollout.add_argument("--grader", choices=["fresh", "pooled"], default="fresh",
+                         help="grade in a fresh container (as the harness) or a pooled one reset in place")
+    rollout.set_defaults(func=_rollout)
+
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
+    rl_bench = bench.add_parser("rl", help="warm pool vs a fresh container per episode; Ray workers; concurrency")
+    rl_bench.add_argument("--instance", default="psf__requests-1142", help="SWE-bench dev row to run episodes on")
+    rl_bench.add_argument("--repeats", type=int, default=30, help="hand-outs and resets timed")
+    rl_bench.add_argument("--episodes", type=int, default=12, help="short episodes per throughput figure")
+    rl_bench.add_argument("--no-generator", action="store_true", help="skip the embedded-model episodes")
+    rl_bench.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
+    rl_bench.set_defaults(func=_bench)
+
+
+def _task_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tasks", type=Path, required=True, help="JSONL: instance ids, SWE-bench rows or local tasks")
+    parser.add_argument("--dataset", help="SWE-bench rows that instance ids are looked up in (default: the dev rows)")
+    parser.add_argument("--config", help="YAML or TOML config; its `runtime` (and `llm`) sections apply")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+
+
+def _config(args: argparse.Namespace):
+    from agent.config import load_config
+
+    return load_config(args.config, list(args.overrides))
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from environments.rl.env import box_for
+    from environments.rl.tasks import load_tasks
+
+    config = _config(args)
+    failed = 0
+    for task in load_tasks(args.tasks, args.dataset):
+        try:
+            box = box_for(task, config.runtime)
+            box.factory().close()  # proves the box starts, and leaves the image warm in the engine's cache
+            print(f"{task.task_id}: ready ({box.image or task.repo_path})")
+        except Exception as exc:  # noqa: BLE001 - one line per task that cannot be prepared, then go on
+            failed += 1
+            print(f"{task.task_id}: FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+    return 1 if failed else 0
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    from environments.rl.env import EnvSettings
+    from environments.rl.rollout import RolloutSpec, pending, run_rollout
+    from environments.rl.tasks import load_tasks
+
+    if min(args.samples_per_task, args.workers, args.concurrency, args.max_steps) < 1:
+        raise UsageError("--samples-per-task, --workers, --concurrency and --max-steps must be >= 1")
+    config = _config(args)
+    settings = EnvSettings(reward=args.reward, max_steps=args.max_steps, grader=args.grader, runtime=config.runtime)
+    spec = RolloutSpec(load_tasks(args.tasks, args.dataset), args.policy, args.out, args.samples_per_task,
+                       args.workers, args.concurrency, args.address, settings, _llm(args, config))
+    todo = len(pending(spec))
+    total = len(spec.tasks) * spec.samples_per_task
+    rows = _with_progress(spec, todo, total, run_rollout)
+    rewards = [r["reward"] for r in rows if r.get("reward") is not None]
+    infra = sum(r.get("status") == "infra_failure" for r in rows)
+    mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "n/a"
+    print(f"{len(rows)}/{total} episodes in {args.out} ({todo} run now): mean reward {mean}, "
+          f"{infra} infrastructure failure(s)")
+    return 0
+
+
+def _llm(args: argparse.Namespace, config):
+    from environments.rl.episodes import SCRIPTED_POLICIES
+
+    if args.policy in SCRIPTED_POLICIES:
+        return None
+    if args.policy == "embedded":
+        from agent.embedded_model import start_embedded_model
+
+        return start_embedded_model(config.llm)
+    if "://" not in args.policy:
+        raise UsageError(f"--policy {args.policy!r}: expected {POLICY_HELP}")
+    from agent.llm import LLMConfig
+
+    return LLMConfig(**{**config.llm.__dict__, "base_url": args.policy, "model": args.model})
+
+
+def _with_progress(spec, todo: int, total: int, run):
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        bar = progress.add_task("episodes", total=total, completed=total - todo)
+        return run(spec, on_row=lambda row: progress.advance(bar))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from environments.rl.bench import run_bench
+    from environments.rl.tasks import RlTask
+    from swebench_eval.selection import select_one
+
+    if args.repeats < 2 or args.episodes < 3:
+        raise UsageError("--repeats must be >= 2 and --episodes >= 3")
+    task = RlTask.swebench(select_one(args.instance, None))
+    f = run_bench(task, args.repeats, args.episodes, with_generator=not args.no_generator)
+    table = Table(title=f"pinpoint bench rl ({f['task']}; scripted gold policy = a fake)")
+    for column in ("measure", "pinpoint", "baseline", "ratio"):
+        table.add_column(column, justify="left" if column == "measure" else "right")
+    for row in _bench_rows(f):
+        table.add_row(*row)
+    Console(width=max(Console().width, 120)).print(table)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(f, indent=1) + "\n")
+    return 0
+
+
+def _bench_rows(f: dict) -> list[tuple[str, str, str, str]]:
+    p, ep, fr = f["pool"], f["episodes_pool"], f["episodes_fresh"]
+    rows = [("pooled container hand-out ms p50 / p95", f"{p['handout_ms_p50']} / {p['handout_ms_p95']}",
+             f"{p['fresh_container_ms_p50']} / {p['fresh_container_ms_p95']} (fresh container)",
+             f"{p['handout_speedup_p50']}x"),
+            ("reset() between episodes ms p50 / p95", f"{p['reset_ms_p50']} / {p['reset_ms_p95']}", "", ""),
+            ("short episodes per minute", str(ep["episodes_per_min"]),
+             f"{fr['episodes_per_min']} (fresh container per episode)", f"{f['episodes_speedup']}x"),
+            ("step ms p50 / p95", f"{ep['step_ms_p50']} / {ep['step_ms_p95']}",
+             f"{fr['step_ms_p50']} / {fr['step_ms_p95']}", "")]
+    one, two = f["ray"]
+    rows.append((f"Ray: episodes per minute, {two['workers']} workers", str(two["episodes_per_min"]),
+                 f"{one['episodes_per_min']} (1 worker)",
+                 f"{round(two['episodes_per_min'] / max(one['episodes_per_min'], 1e-6), 2)}x"))
+    for c in f["concurrent"]:
+        rows.append((f"{c['concurrent']} concurrent episodes: per minute / infra failures",
+                     f"{c['episodes_per_min']} / {c['infra_failures']}", f"step ms p50 {c['step_ms_p50']}, "
+                     f"p95 {c['step_ms_p95']}", ""))
+    if "generator" in f:
+        g = f["generator"]
+        rows.append(("embedded model episodes per minute (llm s / env s per episode)", str(g["episodes_per_min"]),
+                     f"{g['llm_s_mean']} / {g['env_s_mean']}", ""))
+    return rows

@@ -1,0 +1,166 @@
+"""`pinpoint rollout`: episodes as Ray actor calls, streamed into a dataset file that resumes after a kill.
+
+Ray does the scheduling (a local instance by default, `--address` for a cluster): `workers` actors, each with its
+own warm pool and `concurrency` episodes at once on threads (one `RepairEnv` per thread, the pool shared). The G
+samples of a task (a GRPO group) go to the same actor, so they share its image and pool. The driver is the only
+writer: each finished episode is appended to `<out>` as one JSON line and flushed, so a kill loses at most the
+episodes in flight; a rerun skips every (task, sample) already written with a reward or a model outcome, and
+retries infrastructure failures (the later row of a key wins). `--out *.parquet` streams to `<out>.jsonl` and writes
+the Parquet file when the run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.llm import LLMConfig
+from environments.rl.env import EnvSettings, RepairEnv
+from environments.rl.tasks import RlTask, task_from
+from environments.runtime import RuntimeSettings
+
+
+@dataclass
+class RolloutSpec:
+    """What to roll out, with which policy, how wide, and where the rows go."""
+
+    tasks: list[RlTask]
+    policy: str
+    out: Path
+    samples_per_task: int = 1
+    workers: int = 1
+    concurrency: int = 1
+    address: str | None = None
+    settings: EnvSettings = field(default_factory=EnvSettings)
+    llm: LLMConfig | None = None
+    #: containers one worker may keep alive (its pool's bound); the engine sees at most workers × this
+    containers_per_worker: int = 4
+
+
+def stream_path(out: Path) -> Path:
+    """The JSONL file rows are appended to (the Parquet output is written from it at the end)."""
+    return out.with_name(out.name + ".jsonl") if out.suffix == ".parquet" else out
+
+
+def read_rows(out: Path) -> list[dict[str, Any]]:
+    """The rows written so far, the last per (task, sample); a line cut by a kill is skipped."""
+    path = stream_path(out)
+    latest: dict[tuple[str, int], dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+                latest[(row["task_id"], row["sample"])] = row
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return list(latest.values())
+
+
+def pending(spec: RolloutSpec) -> list[tuple[RlTask, int]]:
+    """(task, sample) pairs without a finished row: never run, or ended by an infrastructure failure."""
+    done = {(r["task_id"], r["sample"]) for r in read_rows(spec.out) if r.get("status") != "infra_failure"}
+    return [(task, s) for task in spec.tasks for s in range(spec.samples_per_task) if (task.task_id, s) not in done]
+
+
+class EpisodeWorker:
+    """A Ray actor: a warm pool and one env per thread; `run` plays one episode and returns its row."""
+
+    def __init__(self, settings: dict, policy: str, llm: dict | None, containers: int) -> None:
+        from environments.rl.gateway import RecordingGateway
+        from environments.rl.pool import WarmPool
+
+        runtime = RuntimeSettings(**settings.pop("runtime"))
+        self.settings = EnvSettings(**settings, runtime=runtime)
+        self.policy = policy
+        self.llm = LLMConfig(**llm) if llm else None
+        self.pool = WarmPool(idle_per_key=1, max_containers=containers)
+        self.gateway = RecordingGateway(self.llm.base_url).start() if self.llm else None
+        self._local = threading.local()
+
+    def run(self, task_row: dict, sample: int) -> dict[str, Any]:
+        from environments.rl.episodes import run_episode
+
+        if not hasattr(self._local, "env"):
+            self._local.env = RepairEnv(self.settings, pool=self.pool)
+        return run_episode(self._local.env, task_from(task_row), self.policy, sample, llm=self.llm,
+                           gateway=self.gateway)
+
+    def stats(self) -> dict[str, Any]:
+        return asdict(self.pool.stats)
+
+
+def run_rollout(spec: RolloutSpec, on_row: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    """Run every pending episode on Ray and append each row to the dataset as it finishes; returns all rows."""
+    import ray
+
+    todo = pending(spec)
+    if todo:
+        _init_ray(spec.address)
+        actors = _actors(spec, ray)
+        by_task = {task.task_id: i % len(actors) for i, task in enumerate(spec.tasks)}
+        calls = {actors[by_task[task.task_id]].run.remote(task.to_row(), sample): (task.task_id, sample)
+                 for task, sample in todo}
+        path = stream_path(spec.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as sink:
+            for row in _as_finished(ray, calls):
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
+                os.fsync(sink.fileno())
+                if on_row is not None:
+                    on_row(row)
+    rows = read_rows(spec.out)
+    if spec.out.suffix == ".parquet":
+        _write_parquet(rows, spec.out)
+    return rows
+
+
+def _init_ray(address: str | None) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        # the workers import pinpoint from this checkout; a local instance needs nothing else
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(_import_roots())}})
+
+
+def _import_roots() -> list[str]:
+    root = str(Path(__file__).resolve().parents[2])
+    return [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+
+
+def _actors(spec: RolloutSpec, ray: Any) -> list[Any]:
+    settings = asdict(spec.settings)
+    llm = asdict(spec.llm) if spec.llm else None
+    remote = ray.remote(num_cpus=0, max_concurrency=max(1, spec.concurrency))(EpisodeWorker)
+    return [remote.remote(dict(settings), spec.policy, llm, spec.containers_per_worker) for _ in range(spec.workers)]
+
+
+def _as_finished(ray: Any, calls: dict) -> Iterator[dict[str, Any]]:
+    """Rows in the order episodes finish; a worker that died gives an infrastructure-failure row, not a crash."""
+    refs = list(calls)
+    while refs:
+        ready, refs = ray.wait(refs, num_returns=1)
+        try:
+            yield ray.get(ready[0])
+        except ray.exceptions.RayError as exc:
+            task_id, sample = calls[ready[0]]
+            yield {"task_id": task_id, "sample": sample, "status": "infra_failure", "reward": None,
+                   "reward_info": {"reason": f"worker failed: {str(exc).splitlines()[0][:300]}"}}
+
+
+def _write_parquet(rows: list[dict[str, Any]], out: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = [{**row, "reward_info": json.dumps(row.get("reward_info")), "messages": json.dumps(row["messages"]),
+                "step_rewards": [r if r is not None else float("nan") for r in row.get("step_rewards", [])]}
+               for row in rows]
+    tmp = out.with_name(out.name + ".tmp")
+    pq.write_table(pa.Table.from_pylist(columns), tmp)
+    tmp.replace(out)
