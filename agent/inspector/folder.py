@@ -51,6 +51,8 @@ def _is_rl_file(path: Path) -> bool:
     """A JSONL or Parquet file whose first row has the RL dataset's fields (never preds.jsonl)."""
     if path.suffix not in RL_SUFFIXES or path.name == "preds.jsonl":
         return False
+    if path.name.endswith(".parquet.jsonl") and path.with_name(path.name.removesuffix(".jsonl")).exists():
+        return False  # a finished rollout's stream: the Parquet file beside it holds the same rows
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq

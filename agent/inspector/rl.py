@@ -15,20 +15,27 @@ COLUMNS = ("task_id", "sample", "status", "reward", "reward_kind", "reason", "st
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The file's rows as dicts (a JSONL line being written, or not an object, is skipped)."""
+    """The file's rows as dicts, the last per (task_id, sample) (a rollout appends a retried episode again); a JSONL
+    line being written, or not an object, is skipped."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return [r for r in pq.read_table(path).to_pylist() if isinstance(r, dict)]
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+        rows = [r for r in pq.read_table(path).to_pylist() if isinstance(r, dict)]
+    else:
+        rows = []
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    latest: dict[object, dict] = {}
+    for index, row in enumerate(rows):
+        key = (str(row.get("task_id")), str(row.get("sample"))) if "task_id" in row else index
+        latest.pop(key, None)  # the retried episode moves to where it was written last
+        latest[key] = row
+    return list(latest.values())
 
 
 def _length(value: Any) -> int | None:
