@@ -1,4 +1,4 @@
-"""`pinpoint env up|prune` and `pinpoint bench env`."""
+"""`pinpoint env up|prune`, `pinpoint bench env` and `pinpoint bench sandbox`."""
 
 from __future__ import annotations
 
@@ -64,6 +64,13 @@ def register(subparsers) -> None:
     env_bench.add_argument("--repeats", type=int, default=20, help="samples per timed operation (default 20)")
     env_bench.add_argument("--image", help="repository image to use (default: psf/requests, built if missing)")
     env_bench.set_defaults(func=_bench)
+    sandbox = bench.add_parser("sandbox", help="the adversarial suite: each attack and whether it was contained")
+    sandbox.add_argument("--json", type=Path, help="also write the outcomes to this file as one JSON object")
+    sandbox.add_argument("--image", help="repository image to attack (default: psf/requests, built if missing)")
+    sandbox.add_argument("--disk-limit", default="512m", help="disk bound for the run (default 512m: fillers hit it fast)")
+    sandbox.add_argument("--mem-limit", default="1g", help="memory bound for the run (default 1g)")
+    sandbox.add_argument("--pids-limit", type=int, default=256, help="process bound for the run (default 256)")
+    sandbox.set_defaults(func=_bench_sandbox)
 
 
 def _up(args) -> int:
@@ -117,3 +124,30 @@ def _bench(args) -> int:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0
+
+
+def _bench_sandbox(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from environments.adversarial import run_suite
+    from environments.bench import bench_image
+
+    figures = run_suite(args.image or bench_image(), disk_limit=args.disk_limit, mem_limit=args.mem_limit,
+                        pids_limit=args.pids_limit, log=lambda line: None)
+    inside = figures["inside"]
+    table = Table(title=f"pinpoint bench sandbox ({figures['image']}; CapEff {inside['CapEff']}, CapBnd "
+                        f"{inside['CapBnd']}, NoNewPrivs {inside['NoNewPrivs']}, writable host paths "
+                        f"{len(inside['writable_host_paths'])}, disk bound: {inside['disk_bound']})")
+    for column in ("attack", "tried", "status", "contained", "reset clean", "host ok"):
+        table.add_column(column)
+    for o in figures["attacks"]:
+        table.add_row(o["attack"], o["tried"], o["status"], *("yes" if o[k] else "NO" for k in
+                                                              ("contained", "reset_clean", "host_unaffected")))
+    Console(width=max(Console().width, 160)).print(table)
+    print(f"attacks contained: {figures['contained']} / {figures['tried']}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if figures["contained"] == figures["tried"] else 1

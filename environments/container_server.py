@@ -229,6 +229,29 @@ class Tree:
                 shutil.copyfile(path, copy, follow_symlinks=False)
                 self.files[rel] = self.sig(st)
         self.git_sig = self.git_signature()
+        self.git_modes = self.modes_under(self.gitdir)
+
+    @staticmethod
+    def modes_under(top):
+        """Mode of every entry under `top` (git's folder is small: tens of entries in these images)."""
+        modes = {}
+        for parent, dirs, files in os.walk(top):
+            for name in dirs + files:
+                path = os.path.join(parent, name)
+                modes[path] = os.lstat(path).st_mode
+        modes[top] = os.lstat(top).st_mode if os.path.isdir(top) else None
+        return modes
+
+    def restore_git_modes(self):
+        """Undo chmod games inside .git (a read-only or unreadable .git breaks diff() for commands without
+        capabilities); entries git adds later are left to git."""
+        changed = 0
+        for path, mode in self.git_modes.items():
+            with contextlib.suppress(OSError):
+                if mode is not None and not stat_is_link(mode) and os.lstat(path).st_mode != mode:
+                    os.chmod(path, mode & 0o7777)
+                    changed += 1
+        return changed
 
     @staticmethod
     def sig(st):
@@ -290,6 +313,7 @@ class Tree:
             if not os.path.lexists(os.path.join(self.root, rel)):
                 self.restore_file(rel)
                 changed += 1
+        changed += self.restore_git_modes()
         git_reset = self.git_signature() != self.git_sig
         if git_reset:
             subprocess.check_call(["git", "-c", "safe.directory=*", "reset", "-q", "--hard", self.base],
@@ -316,6 +340,10 @@ class Tree:
         os.chmod(path, mode & 0o7777)
         os.utime(path, ns=(mtime_ns, mtime_ns))
         self.files[rel] = self.sig(os.lstat(path))
+
+
+def stat_is_link(mode):
+    return (mode & 0o170000) == 0o120000
 
 
 def remove(path, kind):

@@ -200,6 +200,7 @@ class DockerRuntime(GitWorktreeRuntime):
             self.container.put_archive("/", sandbox.server_archive())
         self.container.start()
         self.container.reload()
+        sandbox.lock_engine_files(self.container)
         self._ctl_root = f"/proc/{self.container.attrs['State']['Pid']}/root"
         quota = bool(self.container.attrs["HostConfig"].get("StorageOpt"))
         self.disk_bound = None if not self.disk_limit_bytes else "quota" if quota else "watchdog"
@@ -271,7 +272,18 @@ class DockerRuntime(GitWorktreeRuntime):
         status = self._status()
         if status != "running":
             return self._broken(f"it is {status} (killed from outside or out of memory) while {doing}")
+        if self.channel == "server" and self._server_died():
+            return self._broken(f"its command server was killed from inside the container while {doing}")
         return RuntimeFailure(f"lost contact with the container while {doing} ({exc})")
+
+    def _server_died(self, within_s: float = 2.0) -> bool:
+        """Whether the server's shell marked it dead (it does so right after the server exits)."""
+        deadline = time.monotonic() + within_s
+        while not os.path.exists(self._failed):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     # -- server channel ------------------------------------------------------------------------------------------
     def _call(self, request: dict, payload: bytes = b"", sink: OutputBuffer | None = None,

@@ -38,12 +38,23 @@ class RuntimeSettings:
     #: how commands reach the container: a small command server (fast), or one `docker exec` per command
     channel: Literal["server", "exec"] = "server"
     #: bytes a container may write (its writable layer: the tree, /tmp, installs); SWE-bench's task metadata pins
-    #: 10g. A storage quota where the driver has one, else a watchdog that kills the command (docs/security.md)
+    #: 10g. A storage quota where the driver has one, else a watchdog that kills the command (docs/security.md);
+    #: "" for none
     disk_limit: str = "10g"
     #: seconds between the disk watchdog's checks while a command runs (it also checks when each command ends)
     disk_check_s: float = 1.0
     #: capabilities commands keep, comma-separated (e.g. "NET_RAW"); default none: uid 0 with an empty set
     command_capabilities: str = ""
+
+    def __post_init__(self) -> None:
+        """Bad sizes and unknown capability names fail when the config is read, not when a container starts."""
+        from environments.sandbox import capability_numbers, parse_size
+
+        if self.disk_limit:
+            parse_size(self.disk_limit)
+        capability_numbers(self.command_capabilities)
+        if self.disk_check_s <= 0:
+            raise ValueError(f"runtime.disk_check_s must be > 0, not {self.disk_check_s}")
 
     def box(self) -> dict:
         """DockerRuntime's keyword arguments for these settings (all but `cpus`, which the caller sizes)."""

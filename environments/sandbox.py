@@ -11,7 +11,9 @@ Why each piece (docs/security.md has the threat model and the figures):
 - **Control channel**: the server's socket lives in a container-internal tmpfs owned by `CONTROL_UID` (mode 0700),
   which commands (uid 0 without `DAC_OVERRIDE`) cannot open; the host connects through `/proc/<pid>/root`. The
   server's source and its pristine copies of the tree sit in `SERVER_HOME`, put into the container with the engine's
-  archive API before it starts, owned by `CONTROL_UID` too. No host folder is mounted.
+  archive API before it starts, owned by `CONTROL_UID` too. No host folder is mounted; the three host files the
+  engine always bind-mounts (/etc/hosts, /etc/hostname, /etc/resolv.conf) are handed to `CONTROL_UID` on the host,
+  so they are read-only to commands.
 - **Disk**: a storage quota (`storage_opt size`) where the engine's storage driver has one (overlay2 only on xfs with
   pquota), else a watchdog that measures the container's writable layer while each command runs and at its end, and
   stops the command when the layer passes the limit (see `DiskMeter`).
@@ -49,7 +51,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 def parse_size(text: str) -> int:
     """Bytes of a size such as `10g`, `512m`, `1.5G`, `4096`; ValueError names the text."""
     match = _SIZE.match(str(text))
-    if not match:
+    if not match or float(match.group(1)) <= 0:
         raise ValueError(f"not a size: {text!r} (expected e.g. 10g, 512m, 4096)")
     return int(float(match.group(1)) * 1024 ** "bkmgt".index((match.group(2) or "b").lower()))
 
@@ -96,6 +98,26 @@ def main_command(server: bool) -> list[str]:
         return ["sleep", "infinity"]
     return ["sh", "-c", f"python3 -I {SERVER_HOME}/server.py {CTL_DIR}/sock 2>{CTL_DIR}/server.err"
                         f" || touch {CTL_DIR}/failed; exec sleep infinity"]
+
+
+#: host files the engine bind-mounts read-write into every container (in /var/lib/docker/containers/<id>/)
+ENGINE_FILES = ("HostsPath", "HostnamePath", "ResolvConfPath")
+
+
+def lock_engine_files(container) -> list[str]:
+    """Give the engine's bind-mounted /etc/hosts, /etc/hostname and /etc/resolv.conf to CONTROL_UID on the host,
+    so commands (uid 0 without DAC_OVERRIDE) can read them but not write them: they are host files, outside the
+    writable layer the disk bound measures. Returns the ones this process could not change (not root here)."""
+    missed = []
+    for key in ENGINE_FILES:
+        path = container.attrs.get(key)
+        if path:
+            try:
+                os.chown(path, CONTROL_UID, 0)
+                os.chmod(path, 0o644)
+            except OSError:
+                missed.append(path)
+    return missed
 
 
 _QUOTA_SUPPORT: dict[str, bool] = {}
