@@ -1,0 +1,300 @@
+"""The trainer adapters: contract tests against verl's `AgentLoopOutput` and SkyRL's `GeneratorOutput` as read from
+their sources (transcribed below, commits cited), SkyRL's `BaseTextEnv` on a real RepairEnv episode (the demo's
+real bug as a local task, the scripted gold policy: a fake), and the token-in, token-out episode behind the verl
+loop, run with a fake token policy and, for the loop's wiring, a fake `verl` package (both named as fakes)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+import types
+from typing import Any, Optional
+
+import pydantic
+import pytest
+import skyrl_gym
+from pydantic import BaseModel, ConfigDict
+from test_rl_env import demo_task  # noqa: F401 (the demo's real bug as a local task, a fixture)
+from typing_extensions import TypedDict
+
+from environments.errors import UsageError
+from environments.rl import adapters
+from environments.rl.adapters import (
+    EpisodeResult,
+    MissingTrainer,
+    PinpointSkyRLEnv,
+    TokenIO,
+    env_settings,
+    register_skyrl_env,
+    run_token_episode,
+    skyrl_generator_output,
+    verl_agent_loop_output,
+)
+from environments.rl.env import EnvSettings, InfraFailure, RepairEnv
+from environments.rl.policies import GoldPolicy, action_text
+from environments.rl.tasks import RlTask
+from environments.rl.tokens import EpisodeRecorder
+
+# -- the contracts, transcribed ------------------------------------------------------------------------------------
+# verl b178a3cd56f58b2d502255daba591e92833930a7, verl/experimental/agent_loop/agent_loop.py: AgentLoopMetrics and
+# AgentLoopOutput (pydantic models there too); strict and closed here, so a wrong type or a stray field fails.
+
+
+class VerlAgentLoopMetrics(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    generate_sequences: float = 0.0
+    tool_calls: float = 0.0
+    num_preempted: int = -1
+
+
+class VerlAgentLoopOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: Optional[list[float]] = None  # noqa: UP045 (as verl writes it)
+    routed_experts: Optional[Any] = None  # noqa: UP045
+    multi_modal_data: Optional[dict[str, Any]] = None  # noqa: UP045
+    reward_score: Optional[float] = None  # noqa: UP045
+    num_turns: int = 0
+    metrics: VerlAgentLoopMetrics
+    extra_fields: dict[str, Any] = {}
+
+
+# SkyRL a9564572eb8e91076be43c1bd5e4615e3de17265, skyrl/train/generators/base.py: GeneratorOutput (a total
+# TypedDict: every key present). TrajectoryID, RoutedExpertIndices and torch.Tensor are Any here.
+class SkyRLGeneratorOutput(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    prompt_token_ids: list[list[int]]
+    response_ids: list[list[int]]
+    rewards: list[float] | list[list[float]]
+    loss_masks: list[list[int]]
+    stop_reasons: Optional[list[str]]  # noqa: UP045
+    rollout_metrics: Optional[dict[str, Any]]  # noqa: UP045
+    rollout_logprobs: Optional[list[list[float]]]  # noqa: UP045
+    trajectory_ids: Optional[list[Any]]  # noqa: UP045
+    trajectory_generation_times: Optional[list[float]]  # noqa: UP045
+    trajectory_time_splits: Optional[dict[str, list[float]]]  # noqa: UP045
+    rollout_expert_indices: Optional[list[Any]]  # noqa: UP045
+    is_last_step: Optional[list[bool]]  # noqa: UP045
+    env_metrics: Optional[list[dict[str, Any]]]  # noqa: UP045
+    pixel_values: Optional[list[Any]]  # noqa: UP045
+    image_grid_thw: Optional[list[Any]]  # noqa: UP045
+
+
+SKYRL_OUTPUT = pydantic.TypeAdapter(SkyRLGeneratorOutput)
+
+
+def _two_turns() -> EpisodeRecorder:
+    """Prompt [1, 2, 3]; generated [10, 11]; observation [4, 5]; generated [12]."""
+    recorder = EpisodeRecorder()
+    recorder.record_call([1, 2, 3], [], [10, 11], [-0.5, -0.25], 0.75)
+    recorder.record_call(None, [4, 5], [12], [-1.0], 0.25)
+    return recorder
+
+
+def test_verl_fields_are_agent_loop_outputs() -> None:
+    result = EpisodeResult(_two_turns().snapshot(), 1.0, env_s=2.0, trajectory_id="t")
+    fields = verl_agent_loop_output(result)
+    output = VerlAgentLoopOutput(**fields)
+    assert set(fields) == set(VerlAgentLoopOutput.model_fields)
+    assert (output.prompt_ids, output.response_ids, output.response_mask) == ([1, 2, 3], [10, 11, 4, 5, 12],
+                                                                              [1, 1, 0, 0, 1])
+    assert output.response_logprobs == [-0.5, -0.25, 0.0, 0.0, -1.0]  # aligned with response_ids, as verl pads
+    assert (output.reward_score, output.num_turns) == (1.0, 4)
+    assert output.metrics == VerlAgentLoopMetrics(generate_sequences=1.0, tool_calls=2.0, num_preempted=-1)
+    cut = VerlAgentLoopOutput(**verl_agent_loop_output(result, response_length=3))
+    assert (cut.response_ids, cut.response_mask, cut.response_logprobs) == ([10, 11, 4], [1, 1, 0], [-0.5, -0.25, 0.0])
+    no_logprobs = dataclasses.replace(result, logprobs=False)
+    assert VerlAgentLoopOutput(**verl_agent_loop_output(no_logprobs)).response_logprobs is None
+
+
+def test_skyrl_fields_are_generator_outputs_per_episode_and_step_wise() -> None:
+    single = EpisodeResult(_two_turns().snapshot(), 0.5, env_s=1.0, trajectory_id="a")
+    rewritten = _two_turns()
+    rewritten.record_call([7, 8], [], [13], [-2.0], 0.5)  # a client rewrote its history: a second segment
+    double = EpisodeResult(rewritten.snapshot(), 1.0, env_s=3.0, trajectory_id="b", stop_reason="length")
+    output = SKYRL_OUTPUT.validate_python(skyrl_generator_output([single, double]))
+    assert set(output) == set(SkyRLGeneratorOutput.__annotations__)
+    assert output["prompt_token_ids"] == [[1, 2, 3], [7, 8]] and output["response_ids"] == [[10, 11, 4, 5, 12], [13]]
+    assert output["loss_masks"] == [[1, 1, 0, 0, 1], [1]] and output["rewards"] == [0.5, 1.0]
+    assert output["rollout_logprobs"] == [[-0.5, -0.25, 0.0, 0.0, -1.0], [-2.0]]
+    assert output["trajectory_time_splits"] == {"llm": [1.0, 1.5], "env": [1.0, 3.0]}
+    assert output["trajectory_generation_times"] == [2.0, 4.5] and output["stop_reasons"] == ["stop", "length"]
+    assert output["trajectory_ids"] == ["a", "b"] and output["is_last_step"] is None
+    steps = SKYRL_OUTPUT.validate_python(skyrl_generator_output([single, double], step_wise=True))
+    assert steps["is_last_step"] == [True, False, True] and steps["trajectory_ids"] == ["a", "b", "b"]
+    assert steps["rewards"] == [[0.0, 0.0, 0.0, 0.0, 0.5], [0.0] * 5, [1.0]]
+    assert steps["prompt_token_ids"] == [[1, 2, 3], [1, 2, 3], [7, 8]]
+
+
+def test_an_infrastructure_failure_is_never_a_training_sample() -> None:
+    failed = EpisodeResult(_two_turns().snapshot(), None, infra_failure="container died")
+    for build in (verl_agent_loop_output, lambda r: skyrl_generator_output([r])):
+        with pytest.raises(InfraFailure, match="container died"):
+            build(failed)
+
+
+class FakeFailingEnv:
+    """FAKE RepairEnv whose one step is an infrastructure failure."""
+
+    def reset(self, **kwargs: Any) -> tuple[str, dict]:
+        return "task", {"messages": [{"role": "user", "content": "task"}], "task_id": "t", "env_s": 0.0}
+
+    def step(self, action: str) -> tuple[str, None, bool, bool, dict]:
+        return "[infra]", None, True, False, {"infra_failure": "container died"}
+
+    def close(self) -> None:
+        pass
+
+
+def test_skyrl_env_runs_a_real_episode(demo_task: RlTask) -> None:  # noqa: F811
+    env_id = register_skyrl_env()
+    assert register_skyrl_env() == env_id  # once
+    env = skyrl_gym.make(env_id, env_config={"reward": "unit"}, extras={"task": demo_task.to_row(), "max_turns": 4})
+    try:
+        assert isinstance(env, PinpointSkyRLEnv) and env.max_turns == 4
+        messages, meta = env.init([{"role": "user", "content": "ignored"}])
+        assert [m["role"] for m in messages] == ["system", "user"] and '"tool"' in messages[0]["content"]
+        assert meta["task_id"] == "demo-Python-2"
+        gold = GoldPolicy(demo_task.gold_patch)
+        edit = env.step(action_text(gold.act([])[0]))
+        assert (edit["done"], edit["reward"]) == (False, 0.0) and edit["observations"][0]["role"] == "user"
+        submitted = env.step(action_text(gold.act([])[0]))
+        assert (submitted["done"], submitted["reward"], submitted["observations"]) == (True, 1.0, [])
+        assert env.get_metrics()["steps"] == 2 and env.get_metrics()["unit"] == 1.0
+    finally:
+        env.close()
+    failing = PinpointSkyRLEnv(extras={"task": {"task_id": "t"}}, env=FakeFailingEnv())
+    failing.init([])
+    with pytest.raises(InfraFailure, match="container died"):
+        failing.step("anything")
+    with pytest.raises(UsageError, match="no_such_field"):
+        env_settings({"no_such_field": 1})
+    with pytest.raises(UsageError, match='"task"'):
+        PinpointSkyRLEnv(extras={})
+
+
+# -- token in, token out --------------------------------------------------------------------------------------------
+
+def fake_ids(text: str) -> list[int]:
+    """FAKE tokenizer: a character's code point + 10."""
+    return [ord(c) + 10 for c in text]
+
+
+def fake_text(ids: list[int]) -> str:
+    return "".join(chr(i - 10) for i in ids)
+
+
+class FakeTokenPolicy:
+    """FAKE policy in token space: generates the ids of its scripted action texts, logprob -0.5 each, and records
+    the contexts it was sent."""
+
+    def __init__(self, actions: list[str]) -> None:
+        self.actions = actions
+        self.contexts: list[list[int]] = []
+
+    async def generate(self, context: list[int]) -> tuple[list[int], list[float]]:
+        self.contexts.append(list(context))
+        ids = fake_ids(self.actions.pop(0))
+        return ids, [-0.5] * len(ids)
+
+    def io(self) -> TokenIO:
+        async def prompt(messages: list[dict]) -> list[int]:
+            return fake_ids("".join(m["content"] for m in messages))
+
+        async def observation(text: str) -> list[int]:
+            return fake_ids(text[:50])
+
+        return TokenIO(prompt_ids=prompt, generate=self.generate, decode=fake_text, observation_ids=observation)
+
+
+def _gold_texts(task: RlTask) -> list[str]:
+    gold = GoldPolicy(task.gold_patch)
+    return [action_text(gold.act([])[0]) for _ in range(2)]
+
+
+def test_a_token_episode_records_exactly_what_was_generated(demo_task: RlTask) -> None:  # noqa: F811
+    policy = FakeTokenPolicy(_gold_texts(demo_task))
+    with RepairEnv(EnvSettings(reward="unit")) as env:
+        result = asyncio.run(run_token_episode(env, demo_task.to_row(), policy.io()))
+    tokens = result.tokens
+    edit, submit = (fake_ids(t) for t in _gold_texts(demo_task))
+    observation = len(tokens.response_ids) - len(edit) - len(submit)
+    assert (result.reward, result.stop_reason, tokens.calls, len(tokens.segments)) == (1.0, "stop", 2, 1)
+    assert tokens.response_mask == [1] * len(edit) + [0] * observation + [1] * len(submit)
+    assert tokens.response_ids[: len(edit)] == edit and tokens.response_ids[-len(submit):] == submit
+    assert policy.contexts == [tokens.prompt_ids, tokens.prompt_ids + tokens.response_ids[: -len(submit)]]
+    assert tokens.generated_logprobs == [-0.5] * (len(edit) + len(submit)) and result.env_s > 0
+    VerlAgentLoopOutput(**verl_agent_loop_output(result))
+    # a response budget smaller than the episode: submitted as it stands (the dense reward: no grading to wait for)
+    with RepairEnv(EnvSettings(reward="localization")) as env:
+        short = asyncio.run(run_token_episode(env, demo_task.to_row(), FakeTokenPolicy(_gold_texts(demo_task)).io(),
+                                              max_response_tokens=len(edit) + 10))
+    assert (short.stop_reason, short.tokens.calls, short.metrics["steps"]) == ("length", 1, 2)
+    assert isinstance(short.reward, float)
+
+
+def _fake_verl(monkeypatch: pytest.MonkeyPatch) -> dict[str, type]:
+    """FAKE `verl` package: just the names verl_loop imports, shaped as verl b178a3cd defines them."""
+    registered: dict[str, type] = {}
+
+    class FakeAgentLoopBase:
+        def __init__(self, config: Any, server_manager: Any, tokenizer: Any) -> None:
+            self.config, self.server_manager, self.tokenizer = config, server_manager, tokenizer
+
+        async def apply_chat_template(self, messages: list[dict], remove_system_prompt: bool = False) -> list[int]:
+            return fake_ids("".join(m["content"] for m in messages))[:80]
+
+    def register(name: str):
+        def decorator(cls: type) -> type:
+            registered[name] = cls
+            return cls
+        return decorator
+
+    module = types.ModuleType("verl.experimental.agent_loop.agent_loop")
+    module.AgentLoopBase, module.AgentLoopOutput, module.register = FakeAgentLoopBase, VerlAgentLoopOutput, register
+    for name in ("verl", "verl.experimental", "verl.experimental.agent_loop"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.delitem(sys.modules, "environments.rl.verl_loop", raising=False)
+    return registered
+
+
+class FakeServerManager:
+    """FAKE verl server manager: verl's `generate(request_id, prompt_ids=, sampling_params=)` -> TokenOutput-like."""
+
+    def __init__(self, policy: FakeTokenPolicy) -> None:
+        self.policy, self.request_ids = policy, set()
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict) -> Any:
+        self.request_ids.add(request_id)
+        ids, logprobs = await self.policy.generate(prompt_ids)
+        return types.SimpleNamespace(token_ids=ids, log_probs=logprobs)
+
+
+def test_the_verl_loop_returns_an_agent_loop_output(demo_task: RlTask, monkeypatch) -> None:  # noqa: F811
+    registered = _fake_verl(monkeypatch)
+    loop_class = adapters.load_verl_agent_loop()
+    assert registered == {"pinpoint_repair": loop_class}
+    config = types.SimpleNamespace(actor_rollout_ref=types.SimpleNamespace(
+        rollout=types.SimpleNamespace(response_length=4096)))
+    manager = FakeServerManager(FakeTokenPolicy(_gold_texts(demo_task)))
+    tokenizer = types.SimpleNamespace(decode=lambda ids, skip_special_tokens: fake_text(ids))
+    loop = loop_class(config, manager, tokenizer)
+    output = asyncio.run(loop.run({"temperature": 1.0}, raw_prompt=[], extra_info={"task": demo_task.to_row()},
+                                  env_settings={"reward": "localization"}))  # dense: no grading to wait for
+    assert isinstance(output, VerlAgentLoopOutput) and output.num_turns == 4
+    edit, submit = (fake_ids(t) for t in _gold_texts(demo_task))
+    generated = [i for i, m in zip(output.response_ids, output.response_mask, strict=True) if m]
+    assert generated == edit + submit and output.metrics.tool_calls > 0
+    assert output.response_logprobs == [-0.5 if m else 0.0 for m in output.response_mask]
+    assert len(manager.request_ids) == 1  # one sticky session per episode
+
+
+def test_without_verl_the_loop_says_how_to_get_it(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "verl", None)
+    monkeypatch.delitem(sys.modules, "environments.rl.verl_loop", raising=False)
+    with pytest.raises(MissingTrainer, match="pip install verl"):
+        adapters.load_verl_agent_loop()
