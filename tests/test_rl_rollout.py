@@ -1,0 +1,79 @@
+"""`pinpoint rollout` on a real local Ray instance: the dataset is written as episodes finish, a kill loses nothing
+already written, and the rerun finishes only what is missing. The task is the demo's real bug as a local task; the
+scripted gold policy is a fake (it replays the reference patch), so every reward is known."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_rl_env import _gold_patch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tasks_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agent.demo import build_demo_repo
+    from environments.rl.tasks import RlTask
+
+    root = tmp_path_factory.mktemp("rollout")
+    demo = build_demo_repo(root / "repo")
+    task = RlTask.local("demo-Python-2", demo.path, demo.task.problem_statement, demo.task.test_command,
+                        gold_patch=_gold_patch(demo.path, "Python/2"))
+    path = root / "tasks.jsonl"
+    path.write_text(json.dumps(task.to_row()) + "\n")
+    return path
+
+
+def _rollout(tasks: Path, out: Path, samples: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "agent.cli", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
+               "--samples-per-task", str(samples), "--workers", "1", "--reward", "precise", "--out", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_rollout_writes_the_dataset_and_resumes_after_a_kill(tasks_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "episodes.jsonl"
+    first = _rollout(tasks_file, out, samples=4)
+    deadline = time.monotonic() + 240
+    while len(_lines(out)) < 1 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # the driver and everything it started, mid-run
+    first.wait()
+    before = _lines(out)  # every line written before the kill parses
+    assert 1 <= len(before) < 4, first.stderr.read()
+
+    second = _rollout(tasks_file, out, samples=4)
+    stdout, stderr = second.communicate(timeout=300)
+    assert second.returncode == 0, stderr
+    rows = _lines(out)
+    assert sorted(r["sample"] for r in rows) == list(range(4))  # finished episodes were not run again
+    assert rows[: len(before)] == before
+    assert {(r["status"], r["reward"]) for r in rows} == {("terminated", 1.0)}
+    assert all(r["patch"] == rows[0]["patch"] and r["messages"][0]["role"] == "system" for r in rows)
+    assert "4/4 episodes" in stdout and "mean reward 1.000" in stdout
+
+
+def test_rollout_to_parquet_holds_the_trainer_fields(tasks_file: Path, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "episodes.parquet"
+    done = _rollout(tasks_file, out, samples=1)
+    _, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 1
+    assert {"prompt_ids", "response_ids", "response_mask", "rollout_logprobs", "reward", "llm_s",
+            "env_s"} <= set(table.column_names)
