@@ -139,6 +139,25 @@ class Upstream:
         return data
 
 
+    def token_ids(self, path: str, timer: Timer, body: dict[str, Any]) -> list[int]:
+        """The `tokens` list of a tokenize endpoint's reply (both servers answer `{"tokens": [...]}`)."""
+        tokens = self.request("POST", path, timer, body).get("tokens")
+        if not _int_list(tokens):
+            raise shape_error(self, path, "a list of token ids")
+        return tokens
+
+    def text(self, path: str, timer: Timer, body: dict[str, Any], key: str) -> str:
+        value = self.request("POST", path, timer, body).get(key)
+        if not isinstance(value, str):
+            raise shape_error(self, path, f"a {key!r} string")
+        return value
+
+
+def _present(body: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the optional fields that are set (a server's own default applies to the others)."""
+    return {**body, **{k: v for k, v in optional.items() if v is not None}}
+
+
 def server_root(base_url: str) -> str:
     """`http://host:port` from a server root or an OpenAI base URL (`.../v1`)."""
     root = base_url.rstrip("/")
@@ -164,26 +183,17 @@ class LlamaCppBackend(Upstream):
     """The llama.cpp server (and the embedded model, which is one)."""
 
     def render(self, messages: list[dict[str, Any]], model: str, timer: Timer) -> str:
-        prompt = self.request("POST", "/apply-template", timer, {"messages": messages}).get("prompt")
-        if not isinstance(prompt, str):
-            raise shape_error(self, "/apply-template", "a prompt")
-        return prompt
+        return self.text("/apply-template", timer, {"messages": messages}, "prompt")
 
     def tokenize(self, text: str, model: str, timer: Timer) -> list[int]:
-        if not text:
-            return []
         body = {"content": text, "add_special": False, "parse_special": True}
-        tokens = self.request("POST", "/tokenize", timer, body).get("tokens")
-        if not _int_list(tokens):
-            raise shape_error(self, "/tokenize", "a list of token ids")
-        return tokens
+        return self.token_ids("/tokenize", timer, body) if text else []
 
     def generate(self, prompt_ids: list[int], params: SamplingParams, model: str, timer: Timer) -> Generation:
-        body: dict[str, Any] = {"prompt": prompt_ids, "n_probs": params.top_logprobs, "return_tokens": True,
-                                "cache_prompt": True}
-        optional = {"n_predict": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
-                    "seed": params.seed, "json_schema": params.json_schema, "stop": params.stop or None}
-        body.update({k: v for k, v in optional.items() if v is not None})
+        body = _present({"prompt": prompt_ids, "n_probs": params.top_logprobs, "return_tokens": True,
+                         "cache_prompt": True},
+                        {"n_predict": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+                         "seed": params.seed, "json_schema": params.json_schema, "stop": params.stop or None})
         data = self.request("POST", "/completion", timer, body)
         probs, content = data.get("completion_probabilities"), data.get("content")
         if not isinstance(probs, list) or not isinstance(content, str) or not all(
@@ -206,32 +216,22 @@ class VllmBackend(Upstream):
     them for ids). Tested only against a fake: check it against a real vLLM before relying on it."""
 
     def render(self, messages: list[dict[str, Any]], model: str, timer: Timer) -> str:
-        body = {"model": model, "messages": messages, "add_generation_prompt": True}
-        ids = self.request("POST", "/tokenize", timer, body).get("tokens")
-        if not _int_list(ids):
-            raise shape_error(self, "/tokenize", "a list of token ids")
-        text = self.request("POST", "/detokenize", timer, {"model": model, "tokens": ids}).get("prompt")
-        if not isinstance(text, str):
-            raise shape_error(self, "/detokenize", "a prompt")
-        return text
+        """vLLM has no template endpoint: the chat's ids, detokenized (special tokens written out)."""
+        ids = self.token_ids("/tokenize", timer, {"model": model, "messages": messages, "add_generation_prompt": True})
+        return self.text("/detokenize", timer, {"model": model, "tokens": ids}, "prompt")
 
     def tokenize(self, text: str, model: str, timer: Timer) -> list[int]:
-        if not text:
-            return []
         body = {"model": model, "prompt": text, "add_special_tokens": False}
-        tokens = self.request("POST", "/tokenize", timer, body).get("tokens")
-        if not _int_list(tokens):
-            raise shape_error(self, "/tokenize", "a list of token ids")
-        return tokens
+        return self.token_ids("/tokenize", timer, body) if text else []
 
     def generate(self, prompt_ids: list[int], params: SamplingParams, model: str, timer: Timer) -> Generation:
-        body: dict[str, Any] = {"model": model, "prompt": prompt_ids, "logprobs": params.top_logprobs,
-                                "return_tokens_as_token_ids": True}
-        optional = {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
-                    "seed": params.seed, "stop": params.stop or None,
-                    "response_format": None if params.json_schema is None else
-                    {"type": "json_schema", "json_schema": {"name": "reply", "schema": params.json_schema}}}
-        body.update({k: v for k, v in optional.items() if v is not None})
+        schema = params.json_schema
+        body = _present({"model": model, "prompt": prompt_ids, "logprobs": params.top_logprobs,
+                         "return_tokens_as_token_ids": True},
+                        {"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p,
+                         "seed": params.seed, "stop": params.stop or None,
+                         "response_format": None if schema is None else
+                         {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}})
         data = self.request("POST", "/v1/completions", timer, body)
         try:
             choice = data["choices"][0]
