@@ -10,6 +10,7 @@ generated logprobs are the server's. By construction, every call after the first
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -129,6 +130,27 @@ def test_a_two_turn_conversation_is_token_exact(embedded, gateway, tools, max_to
         assert g1[-1:] == _tokenize(embedded, "<|im_end|>")
 
 
+def test_a_stop_word_ends_a_turn_without_its_token(embedded, gateway) -> None:
+    """llama.cpp leaves the stop word out of the content and its token out of the probabilities: the recorded turn
+    is the content's tokens, and the next call is still the same segment, sent the recorded ids."""
+    client = openai.OpenAI(base_url=gateway.episode_url("stop word"), api_key="none")
+    first = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}]
+    ask = functools.partial(client.chat.completions.create, model="SmolLM2-135M-Instruct", max_tokens=40,
+                            temperature=0, seed=7, top_p=0.9, stop=["!"], logprobs=True)
+    one = ask(messages=first)
+    second = first + [{"role": "assistant", "content": one.choices[0].message.content},
+                      {"role": "user", "content": "Again."}]
+    two = ask(messages=second)
+    tokens = gateway.pop("stop word")
+    content = one.choices[0].message.content
+    assert one.choices[0].finish_reason == "stop" and "!" not in content
+    g1 = _tokenize(embedded, content)
+    g2 = [e.id for e in two.choices[0].logprobs.content]  # the reply's logprobs entries carry the token id
+    assert len(tokens.segments) == 1 and tokens.response_ids[: len(g1)] == g1
+    assert tokens.prompt_ids + tokens.response_ids == _tokenize(embedded, _render(embedded, second)) + g2
+    assert sum(tokens.response_mask) == len(g1) + len(g2) and one.usage.completion_tokens == len(g1)
+
+
 def test_a_rewritten_history_starts_a_new_segment(embedded, gateway) -> None:
     client = _client(embedded, gateway.episode_url("rewritten"), 8)
     first = [{"role": "user", "content": "Say hi."}]
@@ -159,7 +181,7 @@ class FakeUpstream:
     def __init__(self, routes: dict[str, Callable[[Any], tuple[int, Any]]]):
         self.routes = routes
         self.failing: str | None = None  # "500", "garbage", "slow"
-        self.prompts: list[list[int]] = []
+        self.bodies: list[dict] = []  # every generation request, as sent
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -186,7 +208,7 @@ class FakeUpstream:
 
     def answer(self, path: str, body: Any) -> tuple[int, Any]:
         if path in ("/completion", "/v1/completions"):
-            self.prompts.append(list(body["prompt"]))
+            self.bodies.append(body)
             if self.failing == "500":
                 return 500, {"error": {"code": 500, "message": "slot crashed\nwhile decoding"}}
             if self.failing == "garbage":
@@ -194,6 +216,10 @@ class FakeUpstream:
             if self.failing == "slow":
                 time.sleep(3.0)
         return self.routes[path](body)
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        return [body["prompt"] for body in self.bodies]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -281,6 +307,49 @@ def test_requests_it_cannot_serve_exactly_are_refused_clearly() -> None:
             native = LLMClient(LLMConfig(base_url=gw.episode_url("e"), model="fake", max_retries=0))
             assert native.complete(_turns(1), VIEW_TOOL).content == "ok" and native.tool_mode == "text"
             assert gw.tokens("e").calls == 1
+    finally:
+        fake.close()
+
+
+def test_sampling_fields_reach_the_server_and_episodes_do_not_mix() -> None:
+    """What LLMClient sends in text mode with constrained actions becomes llama.cpp's /completion fields; eight
+    episodes at once keep eight records; a stopped gateway starts again."""
+    fake = fake_llamacpp()
+    try:
+        gw = RecordingGateway(fake.url).start()
+        config = LLMConfig(base_url=gw.episode_url("s"), model="fake", max_tokens=7, temperature=0.5,
+                           max_retries=0, tool_mode="text", constrain_actions=True)
+        LLMClient(config).complete(_turns(1), VIEW_TOOL)
+        body = fake.bodies[-1]
+        assert (body["n_predict"], body["temperature"], body["n_probs"]) == (7, 0.5, 1)
+        assert body["json_schema"]["properties"]["tool"] == {"const": "view"}
+        openai.OpenAI(base_url=gw.episode_url("s2"), api_key="x").chat.completions.create(
+            model="fake", messages=_turns(1), top_p=0.25, seed=3, stop="END", max_tokens=2)
+        assert {k: fake.bodies[-1][k] for k in ("top_p", "seed", "stop", "n_predict")} == {
+            "top_p": 0.25, "seed": 3, "stop": ["END"], "n_predict": 2}
+
+        def episode(number: int) -> None:
+            client = LLMClient(dataclasses.replace(config, base_url=gw.episode_url(f"p{number}"),
+                                                   constrain_actions=False))
+            for turns in (1, 2):
+                client.complete([{"role": "system", "content": f"S{number}"}] + _turns(turns)[1:])
+
+        threads = [threading.Thread(target=episode, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for number in range(8):
+            tokens = gw.tokens(f"p{number}")
+            messages = [{"role": "system", "content": f"S{number}"}] + _turns(2)[1:]
+            assert (tokens.calls, len(tokens.segments)) == (2, 1)
+            assert tokens.prompt_ids + tokens.response_ids == fake_tokenize(fake_render(messages)) + fake_tokenize(
+                "ok") + [1]
+        gw.stop()
+        gw.start()
+        LLMClient(dataclasses.replace(config, base_url=gw.episode_url("again"))).complete(_turns(1))
+        assert gw.tokens("again").calls == 1 and gw.tokens("p0").calls == 2
+        gw.stop()
     finally:
         fake.close()
 

@@ -33,6 +33,7 @@ from environments.errors import PinpointError, UsageError
 from environments.rl.env import EnvSettings, InfraFailure, RepairEnv
 from environments.rl.pool import WarmPool
 from environments.rl.tokens import EpisodeRecorder, EpisodeTokens
+from environments.runtime import RuntimeSettings
 
 SKYRL_ENV_ID = "pinpoint_repair"
 SUBMIT_ACTION = '{"tool": "submit", "arguments": {}}'
@@ -67,16 +68,19 @@ class EpisodeResult:
 # -- settings and the process's pool ---------------------------------------------------------------------------
 
 def env_settings(config: Any = None) -> EnvSettings:
-    """EnvSettings from a trainer's config mapping (reward, max_steps, time_budget_s, ...); UsageError names an
-    unknown field. An EnvSettings passes through."""
+    """EnvSettings from a trainer's config (a mapping or a dataclass: reward, max_steps, time_budget_s, runtime as
+    a mapping of RuntimeSettings fields, ...); UsageError names an unknown field. An EnvSettings passes through."""
     if isinstance(config, EnvSettings):
         return config
-    fields = dict(config or {})
+    is_dataclass = dataclasses.is_dataclass(config) and not isinstance(config, type)
+    fields = dataclasses.asdict(config) if is_dataclass else dict(config or {})
     known = {f.name for f in dataclasses.fields(EnvSettings)}
     unknown = sorted(set(fields) - known)
     if unknown:
         raise UsageError(f"pinpoint env settings: unknown field(s) {', '.join(unknown)}; expected some of "
                          f"{', '.join(sorted(known))}")
+    if isinstance(fields.get("runtime"), dict):
+        fields["runtime"] = RuntimeSettings(**fields["runtime"])
     return EnvSettings(**fields)
 
 

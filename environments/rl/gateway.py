@@ -68,7 +68,8 @@ class RecordingGateway:
 
     def __init__(self, upstream_base_url: str, backend: str = "llamacpp", host: str = "127.0.0.1",
                  port: int = 0, timeout_s: float = 600.0):
-        self.backend = make_backend(backend, upstream_base_url, timeout_s)
+        self._upstream = (backend, upstream_base_url, timeout_s)
+        self.backend = make_backend(*self._upstream)
         self._address = (host, port)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -79,6 +80,8 @@ class RecordingGateway:
 
     def start(self) -> RecordingGateway:
         if self._server is None:
+            if self.backend.closed:
+                self.backend = make_backend(*self._upstream)  # started again after stop()
             server = ThreadingHTTPServer(self._address, _Handler)
             server.daemon_threads = True
             server.gateway = self  # type: ignore[attr-defined]

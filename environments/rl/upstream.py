@@ -116,6 +116,10 @@ class Upstream:
     def close(self) -> None:
         self._http.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._http.is_closed
+
     def request(self, method: str, path: str, timer: Timer, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """The upstream's JSON object reply; 5xx, timeouts, unreachable servers and garbage become GatewayErrors."""
         started = time.monotonic()
