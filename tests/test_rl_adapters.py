@@ -149,6 +149,14 @@ class FakeFailingEnv:
         pass
 
 
+@dataclasses.dataclass
+class SkyRLStyleEnvConfig:
+    """An env config as SkyRL writes them (a dataclass under skyrl_gym's config)."""
+
+    reward: str = "precise"
+    max_steps: int = 5
+
+
 def test_skyrl_env_runs_a_real_episode(demo_task: RlTask) -> None:  # noqa: F811
     env_id = register_skyrl_env()
     assert register_skyrl_env() == env_id  # once
@@ -172,8 +180,7 @@ def test_skyrl_env_runs_a_real_episode(demo_task: RlTask) -> None:  # noqa: F811
         failing.step("anything")
     with pytest.raises(UsageError, match="no_such_field"):
         env_settings({"no_such_field": 1})
-    settings = env_settings(dataclasses.replace(EnvSettings(), reward="precise"))
-    assert settings.reward == "precise"
+    assert env_settings(SkyRLStyleEnvConfig()).reward == "precise"
     assert env_settings({"max_steps": 3, "runtime": {"mem_limit": "2g"}}).runtime.mem_limit == "2g"
     with pytest.raises(UsageError, match='"task"'):
         PinpointSkyRLEnv(extras={})
