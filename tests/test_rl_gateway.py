@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from agent.embedded_model import EmbeddedModel
-from agent.llm import LLMClient, LLMConfig, LLMError, to_text_mode_messages
+from agent.llm import LLMClient, LLMConfig, LLMContextLengthExceeded, LLMError, to_text_mode_messages
 from environments.rl.gateway import RecordingGateway
 
 VIEW_TOOL = [{"type": "function", "function": {
@@ -166,10 +166,14 @@ def test_a_rewritten_history_starts_a_new_segment(embedded, gateway) -> None:
     assert tokens.response_ids == [t.token_id for t in three.logprobs] and set(tokens.response_mask) == {1}
 
 
-def test_models_pass_through(embedded, gateway) -> None:
+def test_models_pass_through_and_a_context_overflow_stays_one(embedded, gateway) -> None:
     listed = openai.OpenAI(base_url=gateway.episode_url("m"), api_key="none").models.list()
     assert [m.id for m in listed.data] == ["SmolLM2-135M-Instruct"]
     assert gateway.tokens("m").calls == 0 and "m" not in gateway.episodes()
+    # the server's 400 passes through, so the agent's client knows to shorten its history
+    with pytest.raises(LLMContextLengthExceeded):
+        _client(embedded, gateway.episode_url("long"), 8).complete([{"role": "user", "content": "word " * 2100}])
+    assert gateway.tokens("long").calls == 0
 
 
 # -- fakes -------------------------------------------------------------------------------------------------------

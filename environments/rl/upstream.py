@@ -54,7 +54,7 @@ class SamplingParams:
         """From a chat-completions body; GatewayError(400) for what cannot be served token-exactly."""
         if body.get("stream"):
             raise GatewayError(400, "streaming is not supported by the recording gateway; send stream=false")
-        if int(body.get("n") or 1) != 1:
+        if body.get("n") not in (None, 1):
             raise GatewayError(400, "n > 1 is not supported by the recording gateway; send one request per sample")
         if body.get("tools"):
             raise GatewayError(400, "native tool calls are not supported by the recording gateway; "
