@@ -12,6 +12,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from agent.inspector.browser import chromium
 from agent.inspector.index import export_data
@@ -70,12 +71,16 @@ def _open(browser, page_file: Path) -> dict:
     return figures
 
 
-def bench_inspector(trajectory: Path | None, events: int) -> dict:
-    """Figures for the real trajectory and its `events`-event repetition, each in its own exported page."""
+def bench_inspector(trajectory: Path | None, events: int, browser: Any = None) -> dict:
+    """Figures for the real trajectory and its `events`-event repetition, each in its own exported page (in
+    `browser`, else a headless Chromium of its own)."""
     source = Path(trajectory) if trajectory else newest_trajectory()
     small = load_trajectory(source if source.is_file() else source / "trajectory.json")
+    if browser is None:
+        with chromium() as own:
+            return bench_inspector(source, events, own)
     rows = {}
-    with tempfile.TemporaryDirectory(prefix="pinpoint-bench-inspector-") as tmp, chromium() as browser:
+    with tempfile.TemporaryDirectory(prefix="pinpoint-bench-inspector-") as tmp:
         for name, data in (("small", small), ("large", repeated(small, events))):
             folder = Path(tmp) / name / "trajectories" / str((small.get("task") or {}).get("instance_id", "run"))
             write_json_atomic(folder / "trajectory.json", data)

@@ -252,7 +252,7 @@ function eventView(e) {
   if (e.kind === "llm") {
     const lp = Array.isArray(e.logprobs) ? e.logprobs : [], low = lp.filter((p) => Math.exp(p[1]) < LOW_P).length;
     const body = h("div");
-    const d = h("details", {class: "event llm", ontoggle: () => { if (d.open && !body.childElementCount) body.append(llmBody(e)); }},
+    const d = h("details", {class: "event llm", ontoggle: () => { if (d.open && !body.childElementCount) body.append(...llmBody(e)); }},
       h("summary", {}, h("b", {}, "model"), ` ${e.purpose || ""} · ${fmt(e.prompt_tokens)} in / ${fmt(e.completion_tokens)} out · ${secs(e.latency_s)}`,
         e.cost_usd ? ` · $${e.cost_usd.toFixed(4)}` : "", lp.length ? h("span", {class: "badge" + (low ? " low" : "")}, `${low} low-confidence of ${lp.length}`) : null,
         (e.tool_calls || []).map((c) => h("span", {class: "badge"}, "→ " + c.name))), body);
