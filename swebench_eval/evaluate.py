@@ -23,6 +23,7 @@ from swebench_eval.patches import PatchError, apply_patch
 from swebench_eval.scripts import eval_script
 from swebench_eval.sources import RepoSources
 from swebench_eval.specs import spec_for
+from swebench_eval.tamper import apply_conflicts, conflicting_tests, guard_script, reverted_files
 
 DEFAULT_TIMEOUT = 1800.0
 MODEL_OUTCOMES = ("resolved", "unresolved", "patch_failed", "no_test_output")
@@ -43,6 +44,9 @@ class InstanceReport:
     eval_seconds: float = 0.0
     detail: str = ""
     edit: dict[str, Any] = field(default_factory=dict)  # swebench_eval.metrics.edit_metrics against the gold patch
+    #: what the grader undid or distrusted (swebench_eval.tamper): test infrastructure the patch touched, put back
+    #: before the tests ran, and FAIL_TO_PASS/PASS_TO_PASS tests the log reported both failed and passed
+    tampering: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def resolved(self) -> bool:
@@ -120,7 +124,7 @@ def evaluate_patch(
 def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: InstanceReport,
             out_dir: Path | None, timeout: float, model_name: str) -> InstanceReport:
     start = time.monotonic()
-    script = eval_script(instance, spec_for(instance))
+    script = eval_script(instance, spec_for(instance), guard=guard_script(runtime.base_commit, patch))
     _write(out_dir, "eval.sh", script)
     _write(out_dir, "patch.diff", patch or "")  # what was graded: a later grade of the same patch reuses the report
     if patch and patch.strip():
@@ -144,6 +148,8 @@ def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: In
         log_path = (out_dir or Path(tmp)) / "test_output.txt"
         log_path.write_text(log)
         verdict.report = grade_log(instance, log_path, patch or "", model_name)
+    verdict.tampering = {"reverted": reverted_files(log), "conflicting": conflicting_tests(instance, log)}
+    apply_conflicts(verdict.report, instance.instance_id, verdict.tampering["conflicting"])
     verdict.outcome, verdict.detail = classify(verdict.report[instance.instance_id], result.timed_out, timeout)
     return verdict
 

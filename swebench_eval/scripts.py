@@ -114,9 +114,10 @@ def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def eval_script(instance: Instance, spec: dict[str, Any]) -> str:
+def eval_script(instance: Instance, spec: dict[str, Any], guard: str = "") -> str:
     """The official eval script: reinstall, reset and apply the test patch, run the tests between markers, record
-    the test command's exit code, reset the test files."""
+    the test command's exit code, reset the test files. `guard` (swebench_eval.tamper.guard_script) runs just before
+    the test files are reset: it puts back the test infrastructure a patch touched."""
     test_files = modified_test_files(instance.test_patch)
     # as the current official make_eval_script_list_common: a bare `git checkout <base>` (a test patch that only adds
     # files) would detach to the base commit and undo the instance's pre_install edits (sphinx's `pytest -rA`)
@@ -135,6 +136,7 @@ def eval_script(instance: Instance, spec: dict[str, Any]) -> str:
     if "install" in spec:
         commands.append(spec["install"])
     commands += [
+        *([guard] if guard else []),
         reset_tests,
         f"git apply -v - <<'{HEREDOC}'\n{instance.test_patch}\n{HEREDOC}",
         f": '{START_TEST_OUTPUT}'",
