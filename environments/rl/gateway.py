@@ -16,8 +16,9 @@ saw (a client rewrote or dropped messages, or asked the same thing again), a new
 
 The end of a turn: llama.cpp returns the EOS it sampled (SmolLM2's `<|im_end|>`) as the last generated id, with its
 log-probability and mask 1; the next rendering writes it as text, and the gateway drops it from the suffix so it
-is not counted twice. A server that does not return the EOS leaves it in the next suffix, with mask 0. A stop
-word is not in the reply's content; llama.cpp's token that completed it is not recorded, vLLM's is.
+is not counted twice. An end of turn the model did not generate (a reply cut at max_tokens or by a stop word, or a
+server that does not return its EOS) is written by the template into the next suffix: mask 0. A stop word is not
+in the reply's content; llama.cpp's token that completed it is not recorded (nor sent again), vLLM's is.
 
 Upstream failures (5xx, timeouts, garbage) answer the client with an OpenAI-style error of the matching status and
 leave the episode's record as it was: a call is recorded at once, after the server answered.
