@@ -248,8 +248,12 @@ class WarmPool:
 
 
 def _alive(runtime: Runtime) -> bool:
-    """A cheap probe (one command through the runtime's channel): a killed container fails it."""
+    """A cheap probe: the runtime's own `alive()` where it has one (no command started), else one command through
+    its channel. A killed container fails either."""
     try:
+        probe = getattr(runtime, "alive", None)
+        if callable(probe):
+            return bool(probe())
         return runtime.run("true", timeout=PROBE_TIMEOUT_S).exit_code == 0
     except (RuntimeFailure, OSError):
         return False
