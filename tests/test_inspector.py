@@ -190,3 +190,73 @@ def test_ten_thousand_events_draw_a_page_at_a_time_and_the_benchmark_prints_both
     assert "first view ms" in table and "large/small" in table
     events_row = next(row for row in table.splitlines() if row.startswith("events"))
     assert events_row.split()[1:3] == [str(len(load_trajectory(folder / "trajectory.json")["events"])), "2000"]
+
+
+@pytest.fixture(scope="module")
+def swebench_run(runs_root: Path, docker_client) -> Path:
+    """`pinpoint run psf__requests-1142 --evaluate` in its real container, graded officially; the model is the
+    FAKE scripted server replaying the gold edit, so the run resolves (the embedded model's would be empty)."""
+    from fake_llm_server import FakeScriptedLLMServer, tool_call
+    from test_agent_docker import INSTANCE, gold_edits
+
+    from swebench_eval.datasets import load_instances
+
+    instance = load_instances(ids=[INSTANCE])[0]
+    script = [tool_call("str_replace_editor", e) for e in gold_edits(instance.patch)]
+    with FakeScriptedLLMServer(script + [tool_call("submit", {}), tool_call("submit", {})]) as fake:
+        assert main(["run", INSTANCE, "--evaluate", "--output", str(runs_root), "--search", "none",
+                     "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-gold-replay"]) == 0
+    return runs_root / "swebench_verified_dev" / "fake-gold-replay"
+
+
+@pytest.mark.docker
+def test_a_graded_swebench_run_beside_the_demo_table_plots_verdict_and_gold(demo_run, swebench_run, runs_root,
+                                                                           browser, tmp_path):
+    from test_agent_docker import INSTANCE
+    from unidiff import PatchSet
+
+    from swebench_eval.datasets import load_instances
+
+    report = json.loads((swebench_run / "eval" / INSTANCE / "report.json").read_text())[INSTANCE]
+    trajectory = json.loads((swebench_run / "trajectories" / INSTANCE / "trajectory.json").read_text())
+    out = tmp_path / "runs.html"
+    assert main(["inspect", str(runs_root), "--export", str(out)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, out.as_uri())
+    assert page.inner_text("#batch-table-count") == "2 of 2"
+    row = page.locator("#batch-table tbody tr", has_text=INSTANCE)
+    assert row.locator("td").nth(4).inner_text() == "yes"  # resolved, from report.json
+    page.click('#batch-table th[data-key="instance_id"]')
+    page.click('#batch-table th[data-key="instance_id"]')  # descending
+    assert INSTANCE in page.locator("#batch-table tbody tr").first.inner_text()
+    assert "1/1" in page.inner_text('[data-plot="resolve"]')
+    assert page.locator('[data-plot="hit"] polyline').count() == 2  # line and file Hit@k: both golds known
+    screenshot(page, "batch")
+    page.fill("#batch-table-filter", "requests")
+    assert page.inner_text("#batch-table-count") == "1 of 2"
+
+    before = page.evaluate("document.body.dataset.ready")
+    row.locator("a").click()
+    wait_drawn(page, before)
+    click_tab(page, "verdict")
+    assert page.inner_text("#v-outcome .v") == "resolved"
+    assert page.inner_text("#v-f1 .v") == f"{report['pinpoint']['edit']['f1']:g}"
+    tests = report["tests_status"]
+    assert page.locator("#report-tests tbody tr").count() == sum(
+        len(tests[group][outcome]) for group in ("FAIL_TO_PASS", "PASS_TO_PASS") for outcome in ("success", "failure"))
+    for test in tests["FAIL_TO_PASS"]["success"]:
+        cells = page.locator("#report-tests tbody tr", has_text=test).first.locator("td")
+        assert [cells.nth(i).inner_text() for i in (1, 2, 3)] == ["FAIL_TO_PASS", "fail", "pass"]
+    added = [x for x in trajectory["final_patch"].splitlines() if x.startswith("+") and not x.startswith("+++")]
+    assert page.locator("#final-patch .add").count() == len(added) > 0
+    screenshot(page, "verdict-swebench")
+
+    click_tab(page, "localization")
+    removed = [(f.path, x.source_line_no, x.value.rstrip("\n")) for f in PatchSet(load_instances(ids=[INSTANCE])[0].patch)
+               for hunk in f for x in hunk if x.is_removed]
+    assert removed
+    for path, number, text in removed:  # gold lines drawn on the base commit's code
+        gold = line(page, path, number)
+        assert "gold" in gold.get_attribute("class") and gold.locator("td.t").inner_text() == text
+    gold.scroll_into_view_if_needed()
+    screenshot(page, "localization-swebench")
