@@ -152,3 +152,20 @@ def test_gold_policy_resolves_a_real_dev_row_and_a_killed_container_is_not_a_zer
         reward, info, _ = _episode(env, requests_task, [NoopPolicy().act([])[0]])
         assert (reward, info["outcome"]) == (0.0, "empty_patch")
         assert env.pool.stats.replaced_dead + env.pool.stats.started >= 2
+
+
+def test_prepare_and_rollout_commands_check_their_input(tmp_path: Path, demo_task: RlTask, capsys) -> None:
+    import json
+
+    from agent.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(demo_task.to_row()) + "\n")
+    assert main(["rl", "prepare", "--tasks", str(tasks)]) == 0
+    assert "demo-Python-2: ready" in capsys.readouterr().out
+    assert main(["rollout", "--tasks", str(tasks), "--policy", "scripted-gold", "--workers", "0",
+                 "--out", str(tmp_path / "o.jsonl")]) == 2
+    assert main(["rollout", "--tasks", str(tasks), "--policy", "gpt-4", "--out", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "--workers" in err and "expected scripted-gold" in err and "Traceback" not in err
+    assert not (tmp_path / "o.jsonl").exists()

@@ -27,6 +27,9 @@ def register(subparsers) -> None:
     rollout.add_argument("--samples-per-task", type=int, default=1, help="G: samples of each task (a GRPO group)")
     rollout.add_argument("--workers", type=int, default=1, help="Ray actors, each with its own warm pool")
     rollout.add_argument("--concurrency", type=int, default=1, help="episodes at once per worker")
+    rollout.add_argument("--containers-per-worker", type=int,
+                         help="the bound on live containers per worker (default: --concurrency + 1); the engine "
+                         "sees at most workers x this")
     rollout.add_argument("--address", help="Ray cluster address (default: a local Ray instance)")
     rollout.add_argument("--reward", choices=["unit", "precise", "localization"], default="unit")
     rollout.add_argument("--max-steps", type=int, default=30, help="steps per episode (then truncated and graded)")
@@ -83,8 +86,11 @@ def _rollout(args: argparse.Namespace) -> int:
         raise UsageError("--samples-per-task, --workers, --concurrency and --max-steps must be >= 1")
     config = _config(args)
     settings = EnvSettings(reward=args.reward, max_steps=args.max_steps, grader=args.grader, runtime=config.runtime)
+    containers = args.containers_per_worker or args.concurrency + 1
+    if containers < 1:
+        raise UsageError("--containers-per-worker must be >= 1")
     spec = RolloutSpec(load_tasks(args.tasks, args.dataset), args.policy, args.out, args.samples_per_task,
-                       args.workers, args.concurrency, args.address, settings, _llm(args, config))
+                       args.workers, args.concurrency, args.address, settings, _llm(args, config), containers)
     todo = len(pending(spec))
     total = len(spec.tasks) * spec.samples_per_task
     rows = _with_progress(spec, todo, total, run_rollout)

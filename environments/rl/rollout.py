@@ -12,6 +12,7 @@ the Parquet file when the run ends.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -126,6 +127,7 @@ def _init_ray(address: str | None) -> None:
     if not ray.is_initialized():
         # the workers import pinpoint from this checkout; a local instance needs nothing else
         ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                 logging_level=logging.ERROR,
                  runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(_import_roots())}})
 
 
