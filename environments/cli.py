@@ -1,4 +1,4 @@
-"""`pinpoint env up|prune`, `pinpoint bench env` and `pinpoint bench sandbox`."""
+"""`pinpoint env up|prune`, `pinpoint bench env`, `pinpoint bench sandbox` and `pinpoint bench soak`."""
 
 from __future__ import annotations
 
@@ -71,6 +71,14 @@ def register(subparsers) -> None:
     sandbox.add_argument("--mem-limit", default="1g", help="memory bound for the run (default 1g)")
     sandbox.add_argument("--pids-limit", type=int, default=256, help="process bound for the run (default 256)")
     sandbox.set_defaults(func=_bench_sandbox)
+    soak = bench.add_parser("soak", help="many resets and commands in one environment, many environments at once: "
+                                         "leaks and p95 drift")
+    soak.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
+    soak.add_argument("--image", help="repository image (default: psf/requests, built if missing)")
+    soak.add_argument("--resets", type=int, default=1000, help="dirty-then-reset cycles in one environment")
+    soak.add_argument("--commands", type=int, default=1000, help="commands in the same environment")
+    soak.add_argument("--concurrent", type=int, default=64, help="environments started at once")
+    soak.set_defaults(func=_bench_soak)
 
 
 def _up(args) -> int:
@@ -151,3 +159,29 @@ def _bench_sandbox(args) -> int:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"wrote {args.json}")
     return 0 if figures["contained"] == figures["tried"] else 1
+
+
+def _bench_soak(args) -> int:
+    from environments.bench import bench_image
+    from environments.soak import run_soak
+
+    if min(args.resets, args.commands, args.concurrent) < 1:
+        raise UsageError("--resets, --commands and --concurrent must be >= 1")
+    figures = run_soak(args.image or bench_image(), resets=args.resets, commands=args.commands,
+                       concurrent=args.concurrent)
+    one, crowd = figures["one_environment"], figures["at_once"]
+    for what in ("reset", "command"):
+        f = one[what]
+        print(f"{what:8} p50 {f['p50_ms']} ms, p95 {f['p95_ms']} ms; p95 first tenth {f['first_tenth_p95_ms']} ms, "
+              f"last tenth {f['last_tenth_p95_ms']} ms ({f['last_vs_first_p95']}x)")
+    print(f"resets left dirty: {one['dirty_after_reset']} / {one['resets']}; commands failed: "
+          f"{one['failed_commands']} / {one['commands']}")
+    print(f"{crowd['environments']} environments at once: {crowd['failures']} failed, wall {crowd['wall_s']} s, "
+          f"per environment p50 {crowd['env_p50_ms']} ms, p95 {crowd['env_p95_ms']} ms")
+    print("leaked after the soak: " + ", ".join(f"{k} {v}" for k, v in figures["leaked"].items()))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    clean = figures["leak_free"] and not one["dirty_after_reset"] and not one["failed_commands"]
+    return 0 if clean and not crowd["failures"] else 1

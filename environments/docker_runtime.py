@@ -131,6 +131,7 @@ class DockerRuntime(GitWorktreeRuntime):
         self.image = image
         self.workdir = workdir
         self._client = client or engine.client()
+        self._own_client = client is None  # closed with the runtime (its pooled connections are file descriptors)
         self._want_server = channel == "server"
         self._keep_caps = sandbox.capability_numbers(command_capabilities)
         self._keep_caps_text = "".join(f",+{n.strip().lower().removeprefix('cap_')}"
@@ -448,6 +449,9 @@ class DockerRuntime(GitWorktreeRuntime):
         self._closed = True
         self.container = None
         self._cleanup()
+        if self._own_client:
+            with contextlib.suppress(Exception):  # noqa: BLE001 - closing a pool must never mask the caller's error
+                self._client.close()
 
 
 class _Owned:

@@ -77,3 +77,17 @@ def test_every_limit_is_a_config_field_checked_when_the_config_is_read():
     for bad in (["runtime.disk_limit=lots"], ["runtime.command_capabilities=SYS_GOD"], ["runtime.disk_check_s=0"]):
         with pytest.raises(ConfigError):
             load_config(overrides=bad)
+
+
+@pytest.mark.docker
+def test_bench_soak_small_leaves_nothing_behind(requests_image, tmp_path, capsys):
+    """The soak in small (the full one is `pinpoint bench soak`): resets stay clean, commands answer, environments
+    started at once all work, and nothing is left: fds, threads, child processes, containers, temp folders, disk."""
+    out = tmp_path / "soak.json"
+    code = pinpoint(["bench", "soak", "--image", requests_image, "--resets", "20", "--commands", "20",
+                     "--concurrent", "4", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert code == 0, figures
+    assert figures["one_environment"]["dirty_after_reset"] == 0 and figures["at_once"]["failures"] == 0
+    assert all(value <= 0 for value in figures["leaked"].values()), figures["leaked"]
+    assert "leaked after the soak: fds" in capsys.readouterr().out
