@@ -54,3 +54,30 @@ def requests_image(docker_client, requests_repo: Path, requests_commit: str) -> 
     from environments.repo_image import build_repo_image
 
     return build_repo_image(requests_repo, requests_commit, python_version="3.11")
+
+
+def demo_gold_patch(repo: Path, bug: str) -> str:
+    """The reference fix of a demo bug: its canonical solution in place of the buggy one, as git shows it."""
+    import subprocess
+
+    from agent.demo import demo_tasks
+
+    task = {t["task_id"]: t for t in demo_tasks()["tasks"]}[bug]
+    module = repo / "numeric" / "functions.py"
+    original = module.read_text()
+    module.write_text(original.replace(task["buggy_solution"].rstrip("\n"), task["canonical_solution"].rstrip("\n")))
+    patch = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    module.write_text(original)
+    return patch
+
+
+@pytest.fixture(scope="session")
+def demo_task(tmp_path_factory: pytest.TempPathFactory):
+    """The demo's real HumanEvalFix bug (Python/2) as a local RL task, with its reference fix as the gold patch."""
+    from agent.demo import build_demo_repo
+    from environments.rl.tasks import RlTask
+
+    demo = build_demo_repo(tmp_path_factory.mktemp("demo") / "repo")
+    gold = demo_gold_patch(demo.path, "Python/2")
+    return RlTask.local("demo-Python-2", demo.path, demo.task.problem_statement, demo.task.test_command,
+                        gold_patch=gold)

@@ -15,7 +15,6 @@ import pydantic
 import pytest
 import skyrl_gym
 from pydantic import BaseModel, ConfigDict
-from test_rl_env import demo_task  # noqa: F401 (the demo's real bug as a local task, a fixture)
 from typing_extensions import TypedDict
 
 from environments.errors import UsageError
@@ -157,7 +156,7 @@ class SkyRLStyleEnvConfig:
     max_steps: int = 5
 
 
-def test_skyrl_env_runs_a_real_episode(demo_task: RlTask) -> None:  # noqa: F811
+def test_skyrl_env_runs_a_real_episode(demo_task: RlTask) -> None:
     env_id = register_skyrl_env()
     assert register_skyrl_env() == env_id  # once
     env = skyrl_gym.make(env_id, env_config={"reward": "unit"}, extras={"task": demo_task.to_row(), "max_turns": 4})
@@ -225,7 +224,7 @@ def _gold_texts(task: RlTask) -> list[str]:
     return [action_text(gold.act([])[0]) for _ in range(2)]
 
 
-def test_a_token_episode_records_exactly_what_was_generated(demo_task: RlTask) -> None:  # noqa: F811
+def test_a_token_episode_records_exactly_what_was_generated(demo_task: RlTask) -> None:
     policy = FakeTokenPolicy(_gold_texts(demo_task))
     with RepairEnv(EnvSettings(reward="unit")) as env:
         result = asyncio.run(run_token_episode(env, demo_task.to_row(), policy.io()))
@@ -284,7 +283,7 @@ class FakeServerManager:
         return types.SimpleNamespace(token_ids=ids, log_probs=logprobs)
 
 
-def test_the_verl_loop_returns_an_agent_loop_output(demo_task: RlTask, monkeypatch) -> None:  # noqa: F811
+def test_the_verl_loop_returns_an_agent_loop_output(demo_task: RlTask, monkeypatch) -> None:
     registered = _fake_verl(monkeypatch)
     loop_class = adapters.load_verl_agent_loop()
     assert registered == {"pinpoint_repair": loop_class}

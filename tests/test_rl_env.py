@@ -4,37 +4,16 @@ patch); its rewards are known by hand."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from agent.demo import build_demo_repo, demo_tasks
 from environments.errors import UsageError
 from environments.rl.env import EnvSettings, RepairEnv, parse_action
 from environments.rl.policies import GoldPolicy, NoopPolicy
 from environments.rl.rewards import precise_reward
 from environments.rl.tasks import RlTask, load_tasks
 from swebench_eval.metrics import edit_metrics
-
-
-def _gold_patch(repo: Path, bug: str) -> str:
-    """The reference fix of the demo bug: its canonical solution in place of the buggy one, as git shows it."""
-    task = {t["task_id"]: t for t in demo_tasks()["tasks"]}[bug]
-    module = repo / "numeric" / "functions.py"
-    original = module.read_text()
-    module.write_text(original.replace(task["buggy_solution"].rstrip("\n"), task["canonical_solution"].rstrip("\n")))
-    patch = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
-    module.write_text(original)
-    return patch
-
-
-@pytest.fixture(scope="module")
-def demo_task(tmp_path_factory: pytest.TempPathFactory) -> RlTask:
-    demo = build_demo_repo(tmp_path_factory.mktemp("demo") / "repo")
-    gold = _gold_patch(demo.path, "Python/2")
-    return RlTask.local("demo-Python-2", demo.path, demo.task.problem_statement, demo.task.test_command,
-                        gold_patch=gold)
 
 
 def _episode(env: RepairEnv, task: RlTask, actions: list) -> tuple[float | None, dict, int]:
@@ -152,6 +131,12 @@ def test_gold_policy_resolves_a_real_dev_row_and_a_killed_container_is_not_a_zer
         reward, info, _ = _episode(env, requests_task, [NoopPolicy().act([])[0]])
         assert (reward, info["outcome"]) == (0.0, "empty_patch")
         assert env.pool.stats.replaced_dead + env.pool.stats.started >= 2
+
+    with RepairEnv(EnvSettings(reward="unit", grader="pooled")) as env:  # graded in a pooled box of the same image
+        reward, info, _ = _episode(env, requests_task, [gold.act([])[0] for gold in [GoldPolicy(
+            requests_task.gold_patch)] for _ in range(4)])
+        assert (reward, info["outcome"]) == (1.0, "resolved")
+        assert env.pool.stats.started <= 2  # the episode's box and the grader's, both from the pool
 
 
 def test_prepare_and_rollout_commands_check_their_input(tmp_path: Path, demo_task: RlTask, capsys) -> None:

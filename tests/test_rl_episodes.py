@@ -9,7 +9,6 @@ from agent.llm import LLMConfig
 from environments.rl.env import EnvSettings, RepairEnv
 from environments.rl.episodes import run_episode
 from environments.rl.gateway import RecordingGateway
-from tests.test_rl_env import demo_task  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +21,7 @@ def embedded():
         yield LLMConfig(**{**model.config().__dict__, "max_tokens": 96})
 
 
-def test_an_embedded_model_episode_records_its_tokens(embedded: LLMConfig, demo_task) -> None:  # noqa: F811
+def test_an_embedded_model_episode_records_its_tokens(embedded: LLMConfig, demo_task) -> None:
     with RecordingGateway(embedded.base_url) as gateway, RepairEnv(EnvSettings(reward="unit", max_steps=2)) as env:
         row = run_episode(env, demo_task, "embedded", 0, llm=embedded, gateway=gateway)
         assert gateway.episodes() == []  # the episode's record was taken into the row
@@ -37,7 +36,7 @@ def test_an_embedded_model_episode_records_its_tokens(embedded: LLMConfig, demo_
     assert row["llm_s"] > 0 and row["env_s"] > 0
 
 
-def test_a_model_endpoint_that_is_down_is_an_infrastructure_failure(demo_task) -> None:  # noqa: F811
+def test_a_model_endpoint_that_is_down_is_an_infrastructure_failure(demo_task) -> None:
     down = LLMConfig(base_url="http://127.0.0.1:9/v1", tool_mode="text", max_retries=0, retry_backoff_s=0.0)
     with RepairEnv(EnvSettings(reward="unit")) as env:
         row = run_episode(env, demo_task, "http://127.0.0.1:9/v1", 0, llm=down)

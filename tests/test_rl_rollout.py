@@ -14,22 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_rl_env import _gold_patch
-
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def tasks_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from agent.demo import build_demo_repo
-    from environments.rl.tasks import RlTask
-
-    root = tmp_path_factory.mktemp("rollout")
-    demo = build_demo_repo(root / "repo")
-    task = RlTask.local("demo-Python-2", demo.path, demo.task.problem_statement, demo.task.test_command,
-                        gold_patch=_gold_patch(demo.path, "Python/2"))
-    path = root / "tasks.jsonl"
-    path.write_text(json.dumps(task.to_row()) + "\n")
+def tasks_file(tmp_path_factory: pytest.TempPathFactory, demo_task) -> Path:
+    path = tmp_path_factory.mktemp("rollout") / "tasks.jsonl"
+    path.write_text(json.dumps(demo_task.to_row()) + "\n")
     return path
 
 
