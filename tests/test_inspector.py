@@ -260,3 +260,41 @@ def test_a_graded_swebench_run_beside_the_demo_table_plots_verdict_and_gold(demo
         assert "gold" in gold.get_attribute("class") and gold.locator("td.t").inner_text() == text
     gold.scroll_into_view_if_needed()
     screenshot(page, "localization-swebench")
+
+
+def test_an_rl_rollout_as_a_table_with_its_episodes(demo_task, browser, tmp_path):
+    """A real `pinpoint rollout` (the demo's bug as a local task; the scripted gold policy is a FAKE replaying the
+    reference patch) to Parquet, beside a row whose writer left most fields out."""
+    import pyarrow.parquet as pq
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(demo_task.to_row()) + "\n")
+    out = tmp_path / "rollout" / "episodes.parquet"
+    out.parent.mkdir()
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "rollout", "--tasks", str(tasks), "--policy",
+                           "scripted-gold", "--samples-per-task", "2", "--workers", "1", "--reward", "precise",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = pq.read_table(out).to_pylist()
+    partial = {"task_id": rows[0]["task_id"], "sample": 99, "reward": None}  # no status, tokens, reason...
+    (out.parent / "partial.jsonl").write_text(json.dumps(partial) + "\n")
+    page_file = tmp_path / "rl.html"
+    assert main(["inspect", str(out.parent), "--export", str(page_file)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, page_file.as_uri())
+    assert page.inner_text("#rl-table-count") == f"{len(rows) + 1} of {len(rows) + 1}"  # the stream not twice
+    header = [th.inner_text() for th in page.locator("#rl-table th").all()]
+    for index, row in enumerate(rows):
+        cells = [td.inner_text() for td in page.locator(f'#rl-table tr[data-key="rl:episodes.parquet:{index}"] td').all()]
+        shown = dict(zip(header, cells, strict=True))
+        assert shown["status"] == row["status"] and float(shown["reward"]) == row["reward"]
+        assert shown["response tok"] == str(len(row["response_ids"]))
+        assert shown["masked-in tok"] == str(sum(row["response_mask"]))
+    blanks = [td.inner_text() for td in page.locator('#rl-table tr[data-key="rl:partial.jsonl:0"] td').all()]
+    assert blanks[header.index("status")] == "–" and blanks[header.index("reward")] == "–"
+    screenshot(page, "rl")
+    before = page.evaluate("document.body.dataset.ready")
+    page.click('#rl-table tr[data-key="rl:episodes.parquet:0"] a')
+    wait_drawn(page, before)
+    assert float(page.inner_text("#e-reward .v")) == rows[0]["reward"]
+    assert page.locator("#messages .msg").count() == min(len(json.loads(rows[0]["messages"])), 100)

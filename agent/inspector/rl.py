@@ -42,14 +42,24 @@ def _length(value: Any) -> int | None:
     return len(value) if isinstance(value, list | tuple) else None
 
 
+def _decoded(value: Any, wrap: str) -> Any:
+    """A field the Parquet writer stores as a JSON string, decoded; text that is not JSON is kept under `wrap`."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return {"reason": value} if wrap == "reason" else [{"role": "?", "content": value}]
+
+
 def _info(row: dict) -> dict:
-    info = row.get("reward_info")
-    if isinstance(info, str):
-        try:
-            info = json.loads(info)
-        except ValueError:
-            info = {"reason": info}
+    info = _decoded(row.get("reward_info"), "reason")
     return info if isinstance(info, dict) else {}
+
+
+def _messages(row: dict) -> list:
+    messages = _decoded(row.get("messages"), "messages")
+    return messages if isinstance(messages, list) else []
 
 
 def episode_row(row: dict, key: str) -> dict:
@@ -62,19 +72,12 @@ def episode_row(row: dict, key: str) -> dict:
             "prompt_tokens": _length(row.get("prompt_ids")), "response_tokens": _length(row.get("response_ids")),
             "trained_tokens": int(sum(mask)) if isinstance(mask, list | tuple) else None,
             "logprobs": _length(row.get("rollout_logprobs")), "llm_s": row.get("llm_s"), "env_s": row.get("env_s"),
-            "messages": _length(row.get("messages"))}
+            "messages": len(_messages(row)) if "messages" in row else None}
 
 
 def episode_detail(row: dict) -> dict:
     """What the page shows for one episode: its messages and reward info (token ids stay in the file)."""
-    messages = row.get("messages")
-    if isinstance(messages, str):
-        try:
-            messages = json.loads(messages)
-        except ValueError:
-            messages = [{"role": "?", "content": messages}]
-    return {"episode": episode_row(row, ""), "reward_info": _info(row),
-            "messages": messages if isinstance(messages, list) else []}
+    return {"episode": episode_row(row, ""), "reward_info": _info(row), "messages": _messages(row)}
 
 
 def dataset_rows(files: list[Path], base: Path) -> list[dict]:
