@@ -180,7 +180,10 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 
 def _parse_scalar(text: str) -> Any:
     """`--set a.b=VALUE`: VALUE is read as YAML (so 3, 0.5, true, null, "x" work)."""
-    return yaml.safe_load(text) if text.strip() else ""
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override value {text!r} is not a YAML scalar ({exc})") from None
 
 
 def _deep_merge(base: dict, extra: dict) -> dict:

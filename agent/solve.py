@@ -103,17 +103,36 @@ def solve_local(row: dict, config: Config, layout: RunLayout) -> Solved:
 
 def load_local_tasks(path: Path) -> list[dict]:
     """The rows of a `batch --tasks` JSONL file; UsageError naming the first bad line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a tasks file (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 may sit inside a JSON string
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            for key in ("instance_id", "problem_statement", "repo_path"):
-                if not isinstance(row.get(key), str):
-                    raise KeyError(key)
-        except (json.JSONDecodeError, KeyError, AttributeError) as exc:
+            problem = _task_problem(row)
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON ({exc.msg})"
+        if problem:
             raise UsageError(f"{path}:{number}: expected a JSON object with instance_id, problem_statement and "
-                             f"repo_path (optional base_commit, test_command); problem: {exc}") from None
+                             f"repo_path (optional base_commit, test_command); problem: {problem}")
         rows.append(row)
     return rows
+
+
+def _task_problem(row: object) -> str:
+    """What is wrong with one `batch --tasks` row ('' when nothing is)."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    for key in ("instance_id", "problem_statement", "repo_path"):
+        if not isinstance(row.get(key), str) or not row[key].strip():
+            return f"{key!r} must be a non-empty string"
+    for key in ("base_commit", "test_command", "repo"):
+        if row.get(key) is not None and not isinstance(row[key], str):
+            return f"{key!r} must be a string"
+    if not Path(row["repo_path"]).is_dir():
+        return f"repo_path {row['repo_path']!r} is not a folder"
+    return ""

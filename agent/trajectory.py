@@ -55,16 +55,47 @@ class TrajectoryWriter:
         write_json_atomic(self.path, data)
 
 
+def _nullable(kind: str | list[str], **more: Any) -> dict[str, Any]:
+    return {"type": [*([kind] if isinstance(kind, str) else kind), "null"], **more}
+
+
+_TEXT = _nullable("string")
+#: the fields `render` reads, with the types it needs; a file that breaks them is refused, not half-rendered
+SCHEMA: dict[str, Any] = {"type": "object", "properties": {
+    "task": _nullable("object"), "status": _TEXT, "detail": _TEXT, "model": _TEXT, "final_patch": _TEXT,
+    "patch": _TEXT, "cost_usd": _nullable("number"), "elapsed_s": _nullable("number"),
+    "suspects": _nullable("array", items={"type": "object", "required": ["path", "start_line", "end_line", "score"],
+                                          "properties": {"path": {"type": "string"}, "evidence": _TEXT,
+                                                         "start_line": {"type": "integer"},
+                                                         "end_line": {"type": "integer"},
+                                                         "score": {"type": "number"}}}),
+    "messages": _nullable("array", items={"type": "object", "properties": {"role": _TEXT, "tool_calls": _nullable(
+        "array", items={"type": "object", "properties": {"function": {"type": "object", "properties": {
+            "arguments": _TEXT}}}})}}),
+    "candidates": _nullable("array", items={"type": "object", "properties": {
+        key: _TEXT for key in ("id", "origin", "target", "status")}}),
+    "test_runs": _nullable("array", items={"type": "object"}),
+}}
+
+
 def load_trajectory(path: str | Path) -> dict[str, Any]:
+    """The trajectory in `path`; ValueError (one line for the CLI) when it is not one `render` can show."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read trajectory {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not a trajectory (invalid JSON: {exc})") from exc
+    except ValueError as exc:  # invalid JSON, or not UTF-8 text at all
+        raise ValueError(f"{path} is not a trajectory (not JSON text: {exc})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{path} is not a pinpoint trajectory (expected format {FORMAT!r})")
+    error = best_match(Draft202012Validator(SCHEMA).iter_errors(data))
+    if error is not None:
+        where = "/".join(map(str, error.absolute_path)) or "(top level)"
+        raise ValueError(f"{path} is not a pinpoint trajectory: field {where}: {error.message[:200]}")
     return data
 
 

@@ -30,8 +30,8 @@ def command_name(args: argparse.Namespace) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The message of `exc`, prefixed with its kind where that says more than the text (SpecError, BuildError)."""
-    text = str(exc).strip() or type(exc).__name__
+    """The message of `exc` on one line, prefixed with its kind where that says more than the text (SpecError, BuildError)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__  # one line: a YAML or apply log spans several
     kind = type(exc).__name__
     return text if kind in ("ValueError", "UsageError", "ConfigError", "DatasetError") else f"{kind}: {text}"
 

@@ -118,7 +118,9 @@ def _eval(args: argparse.Namespace) -> int:
         path = Path(args.predictions)
         if not path.is_file():
             raise UsageError(f"--predictions {path}: no such file")
-        predictions, default_id = read_predictions(path), run_id_of_predictions(path)
+        predictions, default_id = read_predictions(path, check_patches=True), run_id_of_predictions(path)
+        if not predictions:
+            raise UsageError(f"--predictions {path}: no prediction could be read from it")
         unknown = set(predictions) - {i.instance_id for i in instances}
         if unknown and args.instances is None and args.repos is None:
             print(f"pinpoint: {len(unknown)} predictions name instances not selected: "

@@ -118,14 +118,12 @@ def validate_row(row: Any, where: str) -> Instance:
     )
 
 
-def _read_rows(source: str) -> Iterator[tuple[str, Any]]:
-    """Yield (location, raw row) from a local file, or from a hub dataset name when `source` is not a path."""
-    path = Path(source)
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """(location, raw row) per line of a .jsonl or .jsonl.gz file; a file that is not that is a DatasetError."""
     name = path.name
-    if name.endswith((".jsonl", ".jsonl.gz")):
-        if not path.exists():
-            raise DatasetError(f"dataset file not found: {path}")
-        opener = gzip.open if name.endswith(".gz") else open
+    opener = gzip.open if name.endswith(".gz") else open
+    number = 0
+    try:
         with opener(path, "rt", encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
@@ -134,10 +132,23 @@ def _read_rows(source: str) -> Iterator[tuple[str, Any]]:
                     yield f"{name} line {number}", json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise DatasetError(f"{name} line {number}: not valid JSON ({exc.msg})") from None
+    except (UnicodeDecodeError, EOFError, OSError) as exc:  # gzip.BadGzipFile is an OSError
+        raise DatasetError(f"{name} line {number + 1}: cannot read the file as "
+                           f"{'gzip-compressed ' if name.endswith('.gz') else ''}UTF-8 JSON lines ({exc})") from None
+
+
+def _read_rows(source: str) -> Iterator[tuple[str, Any]]:
+    """Yield (location, raw row) from a local file, or from a hub dataset name when `source` is not a path."""
+    path = Path(source)
+    name = path.name
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        if not path.exists():
+            raise DatasetError(f"dataset file not found: {path}")
+        yield from _jsonl_rows(path)
     elif name.endswith(".json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise DatasetError(f"cannot read {path}: {exc}") from None
         if not isinstance(data, list):
             raise DatasetError(f"{name}: expected a JSON list of rows")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swebench_eval.datasets import DatasetError, Instance
+from swebench_eval.patches import check_patch
 
 
 @contextmanager
@@ -41,13 +42,22 @@ class Prediction:
 def _entries(path: Path) -> Iterator[tuple[str, object]]:
     """(where, item) per prediction: JSONL lines (a line that is not JSON is a torn write: skipped, said so), or a
     JSON list / {id: prediction} map."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not a predictions file (not UTF-8 text: {exc.reason} at byte {exc.start})") \
+            from None
     if path.suffix != ".jsonl":
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(data, dict | list):
+            raise DatasetError(f"{path}: expected a JSON list of predictions or an {{instance_id: prediction}} map")
         yield from ((f"{path} entry {i}", item) for i, item in enumerate(
             data.values() if isinstance(data, dict) else data, 1))
         return
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 may sit inside a JSON string
         if not line.strip():
             continue
         try:
@@ -56,9 +66,10 @@ def _entries(path: Path) -> Iterator[tuple[str, object]]:
             print(f"pinpoint: {path}:{number}: skipping an unreadable prediction line", file=sys.stderr)
 
 
-def read_predictions(path: str | Path) -> dict[str, Prediction]:
+def read_predictions(path: str | Path, *, check_patches: bool = False) -> dict[str, Prediction]:
     """instance_id -> prediction, the last entry for an id winning; an entry that is JSON but not a prediction
-    raises DatasetError naming it. A missing file has no predictions."""
+    raises DatasetError naming it (`check_patches`: also a patch `patches.check_patch` refuses, as `eval` does for
+    predictions it did not make). A missing file has no predictions."""
     path = Path(path)
     predictions: dict[str, Prediction] = {}
     if not path.exists():
@@ -69,6 +80,8 @@ def read_predictions(path: str | Path) -> dict[str, Prediction]:
         patch = item.get("model_patch")
         if patch is not None and not isinstance(patch, str):
             raise DatasetError(f"{where} ({item['instance_id']}): 'model_patch' must be a string or null")
+        if check_patches:
+            check_patch(patch, f"{where} ({item['instance_id']})")
         predictions[item["instance_id"]] = Prediction(item["instance_id"], patch,
                                                       str(item.get("model_name_or_path") or "unknown"))
     return predictions
