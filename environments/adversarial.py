@@ -181,7 +181,8 @@ print("loopback ok")
 def kill_the_server(rt: DockerRuntime) -> tuple[str, bool, str]:
     try:
         result = rt.run(KILL_SERVER)
-        return _status(result), False, "the command returned normally: was the server killed?"
+        alive = rt.run("echo alive").output.strip() == "alive"
+        return f"{_status(result)}; server alive: {alive}", alive, "the kill was refused (commands run as another uid)"
     except RuntimeBroken as exc:
         return f"RuntimeBroken: {str(exc).split(': ', 1)[-1][:90]}", "killed from inside" in str(exc), \
             "a DoS on its own box only: the episode ends with this status and reset() recreates the container"

@@ -74,6 +74,47 @@ def drop_capabilities(keep):
             PRCTL(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; fails harmlessly for caps already gone
 
 
+#: (uid, gid, home) commands run as, once `own` gave them the tree; None: uid 0 without capabilities
+OWNER = None
+
+
+def become_command(keep):
+    """The command's child before exec: no capabilities, and the command user's uid when one is set."""
+    drop_capabilities(keep)
+    if OWNER:
+        os.setgroups([])
+        os.setgid(OWNER[1])
+        os.setuid(OWNER[0])  # from uid 0 to another: permitted and effective sets are cleared too
+
+
+def chown_tree(top, uid, gid):
+    """Give `top` and everything under it (symlinks themselves) to uid:gid; entries already theirs are skipped."""
+    def fix(path):
+        st = os.lstat(path)
+        if (st.st_uid, st.st_gid) == (uid, gid):
+            return 0
+        os.lchown(path, uid, gid)
+        return 1
+
+    changed = fix(top)
+    for parent, dirs, files in os.walk(top):
+        for name in dirs + files:
+            changed += fix(os.path.join(parent, name))
+    return changed
+
+
+def own(req):
+    """Hand the working tree (and .git) to the command user, and give it a home folder."""
+    global OWNER
+    uid, gid, home = int(req["uid"]), int(req["gid"]), req["home"]
+    if not os.path.isdir(home):
+        os.makedirs(home)
+    os.chown(home, uid, gid)
+    changed = chown_tree(req["root"], uid, gid)
+    OWNER = (uid, gid, home)
+    return {"ok": True, "changed": changed}
+
+
 def send(conn, kind, data):
     conn.sendall(kind + struct.pack(">I", len(data)) + data)
 
@@ -119,11 +160,13 @@ def run(conn, req):
     env = dict(os.environ)
     env.update(req.get("env") or {})
     keep = set(req.get("keep_caps") or ())
+    if OWNER:
+        env["HOME"] = OWNER[2]
     oom, pids = counter(OOM_COUNTERS), counter(PIDS_COUNTERS)
     with RUNNING_LOCK:
         proc = subprocess.Popen(["bash", "-c", req["cmd"]], cwd=req.get("cwd") or None, env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=lambda: drop_capabilities(keep))
+                                start_new_session=True, preexec_fn=lambda: become_command(keep))
         RUNNING[proc.pid] = proc
     reader = threading.Thread(target=pump, args=(proc, conn))
     reader.daemon = True
@@ -319,6 +362,9 @@ class Tree:
             subprocess.check_call(["git", "-c", "safe.directory=*", "reset", "-q", "--hard", self.base],
                                   cwd=self.root, stdin=subprocess.DEVNULL)
             self.git_sig = self.git_signature()
+        if OWNER and (changed or git_reset):  # what the server (uid 0) recreated belongs to the command user
+            chown_tree(self.root, OWNER[0], OWNER[1])
+            self.refresh_signatures()
         return {"ok": True, "changed": changed, "git_reset": git_reset}
 
     @staticmethod
@@ -330,6 +376,13 @@ class Tree:
                 return True
             parent = os.path.dirname(parent)
         return False
+
+    def refresh_signatures(self):
+        """After a chown (which moves ctime) the recorded stats of restored files must follow."""
+        for rel in self.files:
+            with contextlib.suppress(OSError):
+                self.files[rel] = self.sig(os.lstat(os.path.join(self.root, rel)))
+        self.git_sig = self.git_signature()
 
     def restore_file(self, rel):
         path = os.path.join(self.root, rel)
@@ -392,6 +445,8 @@ def handle(conn):
                 status = reset(req)
             elif req["op"] == "stop":
                 status = stop(req)
+            elif req["op"] == "own":
+                status = own(req)
             else:
                 status = {"error": "ValueError", "message": "unknown op {!r}".format(req["op"])}
         except OSError as exc:

@@ -26,6 +26,7 @@ import errno as errno_codes
 import json
 import os
 import posixpath
+import shlex
 import socket
 import struct
 import subprocess
@@ -56,7 +57,9 @@ SERVER_START_TIMEOUT_S = 15.0
 
 #: exec channel: runs "$1" in a new session, records its pgid in "$2", kills that group when the command ends
 _WRAPPER = r"""mkdir -p /tmp/.pinpoint
-drop=(); command -v setpriv >/dev/null && drop=(setpriv "--bounding-set=-all$3" --inh-caps=-all --)
+drop=()  # the server's capabilities, if this container has them, are not for commands
+[ "$(id -u)" != 0 ] || grep -q '^CapBnd:[[:space:]]*0*$' /proc/self/status || ! command -v setpriv >/dev/null ||
+  drop=(setpriv "--bounding-set=-all$3" --inh-caps=-all --)
 setsid "${drop[@]}" bash -c "$1" </dev/null & p=$!
 echo "$p" > "$2"
 wait "$p"; rc=$?
@@ -121,6 +124,7 @@ class DockerRuntime(GitWorktreeRuntime):
         disk_limit: str | None = "10g",
         disk_check_s: float = 1.0,
         command_capabilities: str = "",
+        command_user: str = "root",
         env: dict[str, str] | None = None,
         client: docker.DockerClient | None = None,
         labels: dict[str, str] | None = None,
@@ -136,6 +140,7 @@ class DockerRuntime(GitWorktreeRuntime):
         self._keep_caps = sandbox.capability_numbers(command_capabilities)
         self._keep_caps_text = "".join(f",+{n.strip().lower().removeprefix('cap_')}"
                                        for n in command_capabilities.split(",") if n.strip())
+        self.command_uid = sandbox.command_uid(command_user)
         self.disk_limit_bytes = sandbox.parse_size(disk_limit) if disk_limit else None
         self.disk_limit, self._disk_check_s = disk_limit, disk_check_s
         self.mem_limit, self.pids_limit = mem_limit, pids_limit
@@ -148,7 +153,8 @@ class DockerRuntime(GitWorktreeRuntime):
             environment=dict(env or {}),
             labels=container_labels(**{"pinpoint.image": image, **(labels or {})}),
             working_dir=workdir,
-            **sandbox.hardening_kwargs(command_capabilities, server=self._want_server),
+            **sandbox.hardening_kwargs(command_capabilities, server=self._want_server,
+                                       user=self.command_uid is not None),
         )
         self._private_addresses_hang = private_addresses_hang and not network
         self._closed = False
@@ -214,10 +220,31 @@ class DockerRuntime(GitWorktreeRuntime):
                               stacklevel=2)
         self.channel = "server" if self._want_server and self._wait_for_server() else "exec"
         try:
+            self._give_tree()
             self._snapshot()
         except BaseException:
             self._remove()
             raise
+
+    def _give_tree(self) -> None:
+        """With a command user: the working tree (and .git) becomes theirs, and they get a home folder."""
+        if self.command_uid is None:
+            return
+        uid, home = self.command_uid, sandbox.COMMAND_HOME
+        if self.channel == "server":
+            try:
+                done = self._call({"op": "own", "root": self.workdir, "uid": uid, "gid": uid, "home": home},
+                                  wait_s=300)
+            except _ChannelLost as exc:
+                raise self._lost(exc, "handing the tree to the command user") from exc
+            if not done.get("ok"):
+                raise RuntimeFailure(f"could not hand {self.workdir} to uid {uid}: {done.get('message')}")
+            return
+        script = f"mkdir -p {home} /tmp/.pinpoint && chown -R {uid}:{uid} {home} /tmp/.pinpoint {shlex.quote(self.workdir)}"
+        exec_id = self._exec_create(["sh", "-c", script], user="0")
+        output = self._client.api.exec_start(exec_id)
+        if self._client.api.exec_inspect(exec_id).get("ExitCode") != 0:
+            raise RuntimeFailure(f"could not hand {self.workdir} to uid {uid}: {output.decode(errors='replace')}")
 
     def _snapshot(self) -> None:
         """The git base state (diff, fallback reset), plus the server's pristine copy for process-free resets."""
@@ -308,16 +335,20 @@ class DockerRuntime(GitWorktreeRuntime):
             conn.close()
 
     # -- exec channel --------------------------------------------------------------------------------------------
-    def _exec_create(self, argv: list[str], env: dict[str, str] | None = None) -> str:
+    def _exec_create(self, argv: list[str], env: dict[str, str] | None = None, user: str = "0") -> str:
         try:
-            return self._client.api.exec_create(self.container.id, argv, workdir=self.workdir, environment=env)["Id"]
+            return self._client.api.exec_create(self.container.id, argv, workdir=self.workdir, environment=env,
+                                                user=user)["Id"]
         except docker.errors.APIError as exc:
             raise self._lost(exc, "starting a command") from exc
 
     def _exec_run(self, command: str, timeout: float, env: dict[str, str] | None, buffer: OutputBuffer) -> dict:
         pidfile = f"/tmp/.pinpoint/{uuid.uuid4().hex}.pid"
+        user = self._exec_user
+        if self.command_uid is not None:
+            env = {"HOME": sandbox.COMMAND_HOME, **(env or {})}
         exec_id = self._exec_create(["bash", "-c", _WRAPPER, "pinpoint-run", command, pidfile, self._keep_caps_text],
-                                    env)
+                                    env, user=user)
         stream = self._client.api.exec_start(exec_id, stream=True)
         reader = threading.Thread(target=_pump, args=(stream, buffer), daemon=True)
         reader.start()
@@ -330,6 +361,11 @@ class DockerRuntime(GitWorktreeRuntime):
                 raise _ChannelLost("the command's output did not end after it was killed")
             return {"exit": None, "timed_out": True}
         return {"exit": self._client.api.exec_inspect(exec_id).get("ExitCode"), "timed_out": False}
+
+    @property
+    def _exec_user(self) -> str:
+        """Who `docker exec` runs a command or file operation as: root, or the command user and its group."""
+        return "0" if self.command_uid is None else f"{self.command_uid}:{self.command_uid}"
 
     # -- Runtime -------------------------------------------------------------------------------------------------
     def _exec(self, command: str, timeout: float, env: dict[str, str] | None = None) -> RawResult:
@@ -392,7 +428,7 @@ class DockerRuntime(GitWorktreeRuntime):
                 raise self._lost(exc, f"reading {target}") from exc
             _raise_os_error(status, target)
             return data.getvalue()
-        exec_id = self._exec_create(["cat", "--", target])
+        exec_id = self._exec_create(["cat", "--", target], user=self._exec_user)
         out, err = self._client.api.exec_start(exec_id, demux=True)
         if self._client.api.exec_inspect(exec_id).get("ExitCode") != 0:
             message = (err or b"").decode("utf-8", errors="replace")
@@ -418,13 +454,14 @@ class DockerRuntime(GitWorktreeRuntime):
         with tarfile.open(fileobj=archive, mode="w") as tar:
             info = tarfile.TarInfo(staged.lstrip("/"))
             info.size = len(payload)
+            info.uid = info.gid = self.command_uid or 0
             tar.addfile(info, BytesIO(payload))
         try:
             self.container.put_archive("/", archive.getvalue())
         except docker.errors.APIError as exc:
             raise self._lost(exc, f"writing {target}") from exc
         script = 'mkdir -p -- "$(dirname -- "$2")" && cat -- "$1" > "$2"; rc=$?; rm -f -- "$1"; exit $rc'
-        exec_id = self._exec_create(["bash", "-c", script, "pinpoint-write", staged, target])
+        exec_id = self._exec_create(["bash", "-c", script, "pinpoint-write", staged, target], user=self._exec_user)
         output = self._client.api.exec_start(exec_id)
         if self._client.api.exec_inspect(exec_id).get("ExitCode") != 0:
             raise OSError(f"writing {target} failed: {output.decode('utf-8', errors='replace').strip()}")

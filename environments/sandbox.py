@@ -39,6 +39,10 @@ SERVER_HOME = "/.pinpoint"
 CTL_DIR = "/run/pinpoint-ctl"
 #: what the server needs: see the module docstring; commands get none of them
 SERVER_CAPABILITIES = ("DAC_OVERRIDE", "SETPCAP")
+#: added with a command user: chown the tree to it, switch to it, signal and chmod what it owns
+USER_CAPABILITIES = ("CHOWN", "SETUID", "SETGID", "KILL", "FOWNER")
+#: the command user's home folder (HOME), made and handed over at start
+COMMAND_HOME = "/tmp/pinpoint-home"
 #: Linux capability numbers of the names `runtime.command_capabilities` accepts
 CAPABILITY_NUMBERS = {
     "CHOWN": 0, "DAC_OVERRIDE": 1, "DAC_READ_SEARCH": 2, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6,
@@ -66,10 +70,25 @@ def capability_numbers(names: str) -> list[int]:
     return numbers
 
 
-def hardening_kwargs(command_capabilities: str = "", *, server: bool = True) -> dict:
+def command_uid(user: str) -> int | None:
+    """`runtime.command_user`: "root" (or "0") is None, uid 0 without capabilities; a number is that uid."""
+    text = str(user).strip()
+    if text in ("root", "0", ""):
+        return None
+    if not text.isdigit():
+        raise ValueError(f"runtime.command_user must be 'root' or a numeric uid, not {user!r}")
+    if int(text) == CONTROL_UID:
+        raise ValueError(f"uid {CONTROL_UID} is pinpoint's control uid; choose another (e.g. 1000)")
+    return int(text)
+
+
+def hardening_kwargs(command_capabilities: str = "", *, server: bool = True, user: bool = False) -> dict:
     """`containers.create` arguments: capabilities, no-new-privileges, the control tmpfs."""
     keep = {name.strip().upper().removeprefix("CAP_") for name in command_capabilities.split(",") if name.strip()}
-    caps = sorted(set(SERVER_CAPABILITIES if server else ()) | keep)
+    caps = set(SERVER_CAPABILITIES if server else ()) | keep
+    if user:  # the server (or a root exec) hands the tree over, switches uid, and signals the user's processes
+        caps |= set(USER_CAPABILITIES)
+    caps = sorted(caps)
     return {
         "cap_drop": ["ALL"],
         "cap_add": caps,

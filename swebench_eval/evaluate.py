@@ -109,7 +109,7 @@ def evaluate_patch(
                 verdict.build_seconds = record.env_seconds + record.instance_seconds
             from swebench_eval.runtime import instance_runtime
 
-            runtime = instance_runtime(instance, image, settings)  # the box the agent worked in, fresh
+            runtime = instance_runtime(instance, image, settings, grading=True)  # the agent's box, fresh
         else:
             runtime.reset()
         return _run_in(runtime, instance, patch, verdict, out_dir, timeout, model_name)

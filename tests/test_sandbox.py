@@ -91,3 +91,23 @@ def test_bench_soak_small_leaves_nothing_behind(requests_image, tmp_path, capsys
     assert figures["one_environment"]["dirty_after_reset"] == 0 and figures["at_once"]["failures"] == 0
     assert all(value <= 0 for value in figures["leaked"].values()), figures["leaked"]
     assert "leaked after the soak: fds" in capsys.readouterr().out
+
+
+@pytest.mark.docker
+def test_commands_as_an_unprivileged_user_own_the_tree_and_cannot_touch_the_server(requests_image):
+    """runtime.command_user=1000: commands run as that uid with no capability, edit the tree (handed to them at
+    start), cannot signal the server (uid 0) nor open its folders; chmod games and recreated files are undone by
+    reset() and given back to the user."""
+    from environments.adversarial import chmod_chown_games, control_folder, kill_the_server
+
+    with DockerRuntime(requests_image, command_user="1000") as rt:
+        inside = probe(rt)
+        assert inside["uid"] == "1000" and inside["CapEff"] == "0000000000000000" and inside["NoNewPrivs"] == "1"
+        modes = rt.run("find . -path ./.git -prune -o -printf '%m %U %p\\n' | sort").output
+        assert rt.run("touch requests/new.py && echo $HOME").output.strip() == "/tmp/pinpoint-home"
+        assert control_folder(rt)[1] and kill_the_server(rt)[1] and rt.run("true").ok
+        chmod_chown_games(rt)
+        rt.run("rm -f setup.py && git add -A && git commit -qm gone")
+        rt.reset()
+        assert rt.diff() == "" and rt.run("find . -path ./.git -prune -o -printf '%m %U %p\\n' | sort").output == modes
+        assert rt.run("echo again >> setup.py && git status --short").output.strip() == "M setup.py"
