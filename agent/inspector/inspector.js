@@ -93,8 +93,9 @@ const RL_COLS = [["task_id", "task"], ["sample", "sample"], ["status", "status"]
   ["reason", "null reason"], ["steps", "steps"], ["prompt_tokens", "prompt tok"], ["response_tokens", "response tok"],
   ["trained_tokens", "masked-in tok"], ["logprobs", "logprobs"], ["llm_s", "llm s"], ["env_s", "env s"], ["file", "file"]];
 
+const TABLES = {}; // sort and filter per table, kept when a live update redraws the page
 function sortableTable(id, rows, cols, link) {
-  const state = {key: null, asc: true, filter: ""};
+  const state = TABLES[id] = TABLES[id] || {key: null, asc: true, filter: ""};
   const body = h("tbody");
   const count = h("span", {class: "muted", id: id + "-count"});
   const heads = cols.map(([k, label]) => h("th", {"data-key": k, onclick: () => { state.asc = state.key === k ? !state.asc : true; state.key = k; draw(); }}, label));
@@ -119,7 +120,7 @@ function sortableTable(id, rows, cols, link) {
     body.replaceChildren(...shown.map((r) => h("tr", {"data-key": r.key}, cols.map(([k]) => cell(r, k)))));
     count.textContent = `${shown.length} of ${rows.length}`;
   }
-  const filter = h("input", {type: "search", id: id + "-filter", placeholder: "filter (any column)", oninput: (e) => { state.filter = e.target.value; draw(); }});
+  const filter = h("input", {type: "search", id: id + "-filter", placeholder: "filter (any column)", value: state.filter || null, oninput: (e) => { state.filter = e.target.value; draw(); }});
   draw();
   return h("div", {}, h("div", {class: "toolbar"}, filter, count), h("table", {class: "grid", id}, h("thead", {}, h("tr", {}, heads)), body));
 }
@@ -298,9 +299,17 @@ function timelineView(t) {
   return h("div", {}, gantt(t.steps), h("h3", {}, "Steps"), paged(t.steps.map((s, i) => [s, i]), ([s, i]) => {
     const body = h("div");
     const d = h("details", {class: "step", "data-node": s.node, ontoggle: () => { if (d.open && !body.childElementCount) body.append(...s.events.map((j) => eventView(t.events[j]))); }},
-      h("summary", {}, h("span", {class: "muted"}, `#${i + 1} `), h("span", {class: "node"}, s.node), ` ${secs(s.seconds)} at ${s.start.toFixed(1)} s · ${s.events.length} event(s)`), body);
+      h("summary", {}, h("span", {class: "muted"}, `#${i + 1} `), h("span", {class: "node"}, s.node), ` ${secs(s.seconds)} at ${s.start.toFixed(1)} s · ${s.events.length} event(s)`, stepBadges(s.events.map((j) => t.events[j]))), body);
     return d;
   }, "steps"));
+}
+function stepBadges(events) { // what a closed step already tells: its model calls' tokens and low-confidence share
+  const calls = events.filter((e) => e.kind === "llm");
+  if (!calls.length) return null;
+  const c = confidence(calls), out = calls.reduce((a, e) => a + (e.completion_tokens || 0), 0);
+  return [h("span", {class: "badge"}, `${calls.length} model call(s), ${out} tokens out`),
+    c.tokens ? h("span", {class: "badge" + (c.low ? " low" : "")}, `${c.low} low-confidence`) : null,
+    events.some((e) => e.kind === "tool" && e.error) ? h("span", {class: "badge low"}, "tool error") : null];
 }
 function messageView(m, i) {
   const calls = (m.tool_calls || []).map((c) => h("div", {}, h("b", {}, "→ "), h("code", {}, `${(c.function || c).name}(${(c.function || {}).arguments || JSON.stringify(c.arguments || {})})`)));
@@ -466,9 +475,11 @@ async function poll() {
     const sig = (await r.json()).signature;
     if (sig !== DATA.signature) {
       const fresh = await (await fetch("api/index", {cache: "no-store"})).json();
+      const r = route(), row = (rows) => JSON.stringify((rows || []).find((x) => x.key === r.key) || null);
+      const same = r.kind !== "batch" && row(DATA.rows) === row(fresh.rows) && row((DATA.rl || {}).rows) === row((fresh.rl || {}).rows);
       Object.assign(DATA, fresh);
       for (const k of Object.keys(cache)) delete cache[k];
-      const y = scrollY; await render(); scrollTo(0, y);
+      if (!same) { const y = scrollY; await render(); scrollTo(0, y); } // an open trajectory redraws only when it changed
     }
     document.getElementById("live").textContent = "live · checked " + new Date().toLocaleTimeString();
   } catch (err) { document.getElementById("live").textContent = "live · server gone"; }

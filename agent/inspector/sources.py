@@ -40,18 +40,30 @@ def demo_bug(task: dict[str, Any]) -> str | None:
     return instance.removeprefix("demo-").replace("-", "/", 1)
 
 
-def _demo_context(bug: str, paths: list[str]) -> CodeContext:
-    """Rebuild the demo repository (deterministic) and diff its buggy function against the canonical one."""
+@functools.lru_cache(maxsize=8)
+def _demo_repo(bug: str) -> tuple[dict[str, str], str, tuple[int, ...]]:
+    """Every file of the rebuilt demo repository (it is small), the reference patch and the buggy lines; built once
+    per bug, since the server asks again on every change of the folder."""
     from agent.demo import MODULE, build_demo_repo, demo_tasks
 
     with tempfile.TemporaryDirectory(prefix="pinpoint-inspect-") as tmp:
         demo = build_demo_repo(Path(tmp) / "repo", bug)
-        files = {p: (demo.path / p).read_text() for p in dict.fromkeys([*paths, MODULE]) if (demo.path / p).is_file()}
+        files = {str(p.relative_to(demo.path)): p.read_text() for p in demo.path.rglob("*")
+                 if p.is_file() and ".git" not in p.relative_to(demo.path).parts}
     task = next(t for t in demo_tasks()["tasks"] if t["task_id"] == bug)
     fixed = files[MODULE].replace(task["buggy_solution"].rstrip("\n"), task["canonical_solution"].rstrip("\n"), 1)
     gold = "".join(difflib.unified_diff(files[MODULE].splitlines(True), fixed.splitlines(True),
                                         f"a/{MODULE}", f"b/{MODULE}"))
-    return CodeContext(files, gold, {MODULE: sorted(demo.buggy_lines)}, f"demo repository rebuilt for {bug}",
+    return files, gold, tuple(sorted(demo.buggy_lines))
+
+
+def _demo_context(bug: str, paths: list[str]) -> CodeContext:
+    """The demo repository as the run saw it (rebuilt: it is deterministic), its known buggy lines as the gold."""
+    from agent.demo import MODULE
+
+    files, gold, lines = _demo_repo(bug)
+    wanted = {p: files[p] for p in dict.fromkeys([*paths, MODULE]) if p in files}
+    return CodeContext(wanted, gold, {MODULE: list(lines)}, f"demo repository rebuilt for {bug}",
                        f"gold: the known buggy line(s) of HumanEvalFix {bug}")
 
 
