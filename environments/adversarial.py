@@ -262,12 +262,13 @@ def run_attacks(rt: DockerRuntime, names: list[str] | None = None, log=print) ->
 
 
 def run_suite(image: str, *, disk_limit: str = "512m", mem_limit: str = "1g", pids_limit: int = 256,
-              log=print) -> dict:
+              command_user: str = "root", log=print) -> dict:
     """The whole suite on a fresh hardened runtime of `image`, with small limits so every bomb hits one fast."""
     with DockerRuntime(image, disk_limit=disk_limit, mem_limit=mem_limit, pids_limit=pids_limit,
-                       disk_check_s=0.5) as rt:
+                       disk_check_s=0.5, command_user=command_user) as rt:
         inside = probe(rt)
         outcomes = run_attacks(rt, log=log)
-    return {"image": image, "limits": {"disk_limit": disk_limit, "mem_limit": mem_limit, "pids_limit": pids_limit},
+    return {"image": image, "limits": {"disk_limit": disk_limit, "mem_limit": mem_limit, "pids_limit": pids_limit,
+                                       "command_user": command_user},
             "inside": inside, "attacks": [asdict(o) | {"ok": o.ok} for o in outcomes],
             "contained": sum(o.ok for o in outcomes), "tried": len(outcomes)}

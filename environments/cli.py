@@ -70,6 +70,7 @@ def register(subparsers) -> None:
     sandbox.add_argument("--disk-limit", default="512m", help="disk bound for the run (default 512m: fillers hit it fast)")
     sandbox.add_argument("--mem-limit", default="1g", help="memory bound for the run (default 1g)")
     sandbox.add_argument("--pids-limit", type=int, default=256, help="process bound for the run (default 256)")
+    sandbox.add_argument("--command-user", default="root", help="who commands run as: root (default) or a uid")
     sandbox.set_defaults(func=_bench_sandbox)
     soak = bench.add_parser("soak", help="many resets and commands in one environment, many environments at once: "
                                          "leaks and p95 drift")
@@ -142,9 +143,9 @@ def _bench_sandbox(args) -> int:
     from environments.bench import bench_image
 
     figures = run_suite(args.image or bench_image(), disk_limit=args.disk_limit, mem_limit=args.mem_limit,
-                        pids_limit=args.pids_limit, log=lambda line: None)
+                        pids_limit=args.pids_limit, command_user=args.command_user, log=lambda line: None)
     inside = figures["inside"]
-    table = Table(title=f"pinpoint bench sandbox ({figures['image']}; CapEff {inside['CapEff']}, CapBnd "
+    table = Table(title=f"pinpoint bench sandbox ({figures['image']}; uid {inside['uid']}, CapEff {inside['CapEff']}, CapBnd "
                         f"{inside['CapBnd']}, NoNewPrivs {inside['NoNewPrivs']}, writable host paths "
                         f"{len(inside['writable_host_paths'])}, disk bound: {inside['disk_bound']})")
     for column in ("attack", "tried", "status", "contained", "reset clean", "host ok"):
