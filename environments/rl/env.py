@@ -67,6 +67,9 @@ class Box:
     key: str
     factory: RuntimeFactory
     image: str | None = None
+    #: the grader's box of the same image (its commands as root, as the eval script needs), for pooled grading
+    grader_key: str = ""
+    grader_factory: RuntimeFactory | None = None
 
 
 @dataclass
@@ -204,7 +207,7 @@ class RepairEnv(gymnasium.Env):
         pooled = self.settings.grader == "pooled"
         graded: Graded = grade_unit(episode.task, patch, settings=self.settings.runtime, image=episode.box.image,
                                     timeout=self.settings.grade_timeout_s, pool=self.pool if pooled else None,
-                                    key=episode.box.key, factory=episode.box.factory)
+                                    key=episode.box.grader_key, factory=episode.box.grader_factory)
         info.update(outcome=graded.outcome, unit=graded.unit, grade_s=graded.seconds, **graded.detail)
         if graded.unit is None:
             info["infra_failure"] = graded.infra_failure
@@ -252,9 +255,9 @@ def box_for(task: RlTask, settings: RuntimeSettings, sources: RepoSources | None
     sources = sources or RepoSources()
     preflight(task.instance, sources)
     tag = build_instance_image(task.instance, sources).tag
-    key = (f"{tag}|cpus={instance_cpus(task.instance, settings)}|mem={settings.mem_limit}"
-           f"|pids={settings.pids_limit}|{settings.channel}")
-    return Box(key, lambda: instance_runtime(task.instance, tag, settings), image=tag)
+    key = f"{tag}|cpus={instance_cpus(task.instance, settings)}|{sorted(settings.box().items())}"
+    return Box(key, lambda: instance_runtime(task.instance, tag, settings), image=tag, grader_key=f"{key}|grading",
+               grader_factory=lambda: instance_runtime(task.instance, tag, settings, grading=True))
 
 
 def parse_action(action: str | dict) -> tuple[str, Any] | str:
