@@ -289,6 +289,23 @@ class DockerRuntime(GitWorktreeRuntime):
             return "removed"
         return self.container.status
 
+    def alive(self) -> bool:
+        """Whether the container takes commands, without starting one: a connect to its command server (refused
+        when the container or the server died), or the engine's status on the exec channel. The warm pool's probe."""
+        if self._closed or self.container is None:
+            return False
+        if self.channel != "server":
+            return self._status() == "running"
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(2.0)
+        try:
+            probe.connect(self._sock)
+            return True
+        except OSError:
+            return False
+        finally:
+            probe.close()
+
     def _check_usable(self) -> None:
         if self._closed:
             raise RuntimeBroken(f"runtime on {self.image} is closed")
