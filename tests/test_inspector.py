@@ -298,3 +298,41 @@ def test_an_rl_rollout_as_a_table_with_its_episodes(demo_task, browser, tmp_path
     wait_drawn(page, before)
     assert float(page.inner_text("#e-reward .v")) == rows[0]["reward"]
     assert page.locator("#messages .msg").count() == min(len(json.loads(rows[0]["messages"])), 100)
+
+
+def test_a_search_that_passes_shows_its_chosen_candidate_and_the_edit_against_the_reference(browser, tmp_path):
+    """`pinpoint batch --tasks` on the demo's bug in a local checkout with FLARE; the model is the FAKE scripted
+    server whose one revision is the reference fix, so the search keeps a passing candidate and the run submits."""
+    from fake_llm_server import FakeScriptedLLMServer, text, tool_call
+
+    from agent.demo import MODULE, build_demo_repo
+
+    demo = build_demo_repo(tmp_path / "repo", "Python/2")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"instance_id": demo.task.instance_id, "problem_statement": demo.task.problem_statement,
+                                 "repo": demo.task.repo, "repo_path": str(demo.path),
+                                 "test_command": demo.task.test_command}) + "\n")
+    script = [text("```python\n    return number % 1.0\n```")] + [tool_call("submit", {})] * 4
+    with FakeScriptedLLMServer(script) as fake:
+        assert main(["batch", "--tasks", str(tasks), "--output", str(tmp_path / "runs"), "--search", "flare",
+                     "--no-progress", "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-flare"]) == 0
+    folder = tmp_path / "runs" / "tasks" / "fake-flare" / "trajectories" / demo.task.instance_id
+    data = json.loads((folder / "trajectory.json").read_text())
+    kept = [c for c in data["candidates"] if c["ok"]]
+    assert data["status"] == "submitted" and len(kept) == 1
+    out = tmp_path / "flare.html"
+    assert main(["inspect", str(folder), "--export", str(out)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, out.as_uri())
+    click_tab(page, "search")
+    chosen = page.locator("li.cand.chosen")
+    assert chosen.count() == 1 and chosen.get_attribute("data-id") == kept[0]["id"]
+    assert "5 passed" in chosen.locator("summary").inner_text() and "chosen" in chosen.locator("summary").inner_text()
+    chosen.locator("summary").click()
+    assert chosen.locator(".diff .add").first.inner_text() == "+    return number % 1.0"
+    screenshot(page, "search-chosen")
+    click_tab(page, "verdict")
+    assert [page.inner_text(f"#v-{k} .v") for k in ("precision", "recall", "f1")] == ["1", "1", "1"]
+    assert "against the reference" in page.inner_text("#view-verdict")
+    assert page.locator("#final-patch .del").first.inner_text() == "-    return number % 1.0 + 1.0"
+    assert MODULE in page.inner_text("#final-patch")
