@@ -38,6 +38,7 @@ from swebench_eval.metrics import edit_metrics, edited_lines
 from swebench_eval.sources import RepoSources
 from tools.base import DEFAULT_MAX_OUTPUT_CHARS, Tool
 from tools.registry import call_tool, default_tools, openai_schemas
+from tools.run_tests import DEFAULT_TIMEOUT_S
 
 
 class InfraFailure(PinpointError, RuntimeError):
@@ -178,7 +179,12 @@ class RepairEnv(gymnasium.Env):
 
     # -- episode internals ----------------------------------------------------------------------------------------
     def _act(self, episode: Episode, name: str, arguments: Any) -> tuple[str, bool]:
-        """Run one tool call; follow what it shows and edits for the localization reward."""
+        """Run one tool call (a test run capped by the command timeout and the time left); follow what it shows and
+        edits for the localization reward."""
+        if name == "run_tests" and isinstance(arguments, dict) and isinstance(arguments.get("timeout", 0), int):
+            left = self.settings.time_budget_s - (time.monotonic() - episode.started)
+            cap = max(1, int(min(self.settings.command_timeout_s, left)))
+            arguments = {**arguments, "timeout": min(arguments.get("timeout") or DEFAULT_TIMEOUT_S, cap)}
         result = call_tool(episode.tools, name, arguments, episode.runtime, self.settings.max_output_chars)
         arguments = parse_arguments(arguments)[0]
         if not result.error and episode.progress.known:
