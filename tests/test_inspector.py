@@ -60,6 +60,7 @@ def line(page, path: str, number: int):
 
 def test_the_demo_through_its_printed_command_buggy_line_first_candidates_verdict(demo_run, browser):
     from agent.demo import MODULE, demo_tasks
+    from agent.nodes import patch_sha
 
     folder, _ = demo_run
     data = json.loads((folder / "trajectory.json").read_text())
@@ -123,6 +124,10 @@ def test_the_demo_through_its_printed_command_buggy_line_first_candidates_verdic
         assert page.inner_text("#v-outcome .v") == "not graded"
         assert page.locator("#test-runs tbody tr").count() == len(data["test_runs"])
         assert page.inner_text("#v-f1 .v") != "–"  # the reference is known: computed against it
+        final = [r for r in data["test_runs"] if r["patch_sha"] == patch_sha(data["final_patch"] or data["patch"])]
+        if final:  # the run tested its final patch (the demo's test command runs first, on the empty patch)
+            assert page.inner_text("#v-tests .v") == (f"{'PASS' if final[-1]['ok'] else 'FAIL'} "
+                                                      f"({final[-1]['passed']} passed, {final[-1]['failed']} failed)")
         screenshot(page, "verdict")
 
 

@@ -435,8 +435,10 @@ function candidate(c) {
 // -- verdict ---------------------------------------------------------------------------------------------------------
 function verdictView(t) {
   const v = t.verdict, e = v.edit || {}, el = v.edited_lines || {};
+  const final = v.final_run === null || v.final_run === undefined ? null : v.test_runs[v.final_run];
   const out = h("div", {}, h("div", {class: "cards"},
     card("verdict", v.report ? (v.resolved ? "resolved" : (v.outcome || "unresolved")) : "not graded", "v-outcome"),
+    final ? card("tests on the final patch", `${final.ok ? "PASS" : "FAIL"} (${fmt(final.passed)} passed, ${fmt(final.failed)} failed)`, "v-tests") : null,
     card("edited lines", `${fmt(el.total)} (+${fmt(el.added)} −${fmt(el.removed)}, ${fmt(el.files)} file(s))`, "v-edited"),
     card("edit precision", fmt(e.precision), "v-precision"), card("edit recall", fmt(e.recall), "v-recall"), card("edit F1", fmt(e.f1), "v-f1"),
     card("needed / gold lines", e.gold_lines !== undefined ? `${e.needed_lines} / ${e.gold_lines}` : "–")),
@@ -450,7 +452,7 @@ function verdictView(t) {
   } else out.append(h("p", {class: "muted", id: "report-tests"}, v.report ? "report.json lists no tests" : "no report.json for this instance (run with --evaluate or `pinpoint eval`)"));
   if (v.test_runs.length) {
     out.append(h("h3", {}, "The agent's test runs"), h("table", {class: "grid", id: "test-runs"}, h("thead", {}, h("tr", {}, ["#", "source", "command", "exit", "passed", "failed", "failing tests", "patch lines"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, v.test_runs.map((r, i) => h("tr", {}, h("td", {}, i + 1), h("td", {}, r.source || ""), h("td", {class: "code"}, r.command || ""), h("td", {class: "num"}, fmt(r.exit_code)),
+      h("tbody", {}, v.test_runs.map((r, i) => h("tr", {class: i === v.final_run ? "final" : "", title: i === v.final_run ? "the last run on the final patch" : null}, h("td", {}, i + 1), h("td", {}, r.source || ""), h("td", {class: "code"}, r.command || ""), h("td", {class: "num"}, fmt(r.exit_code)),
         h("td", {class: "num pass"}, fmt(r.passed)), h("td", {class: "num" + (r.failed ? " fail" : "")}, fmt(r.failed)), h("td", {class: "code"}, (r.failed_tests || []).join("\n")), h("td", {class: "num"}, fmt(r.patch_edited_lines)))))));
   }
   return out;

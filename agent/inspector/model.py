@@ -163,9 +163,14 @@ def verdict_view(data: dict, report: dict | None, context: CodeContext) -> dict:
             edit, edit_origin = edit_metrics(patch, context.gold_patch).to_json(), "computed here against the reference"
         except ValueError:
             edit = {}
+    from agent.nodes import patch_sha
+
+    records = data.get("test_runs") or []
     runs = [{k: r.get(k) for k in ("source", "command", "exit_code", "passed", "failed", "failed_tests", "ok",
-                                   "patch_edited_lines", "timed_out")} for r in data.get("test_runs") or []]
+                                   "patch_edited_lines", "timed_out")} for r in records]
+    on_final = [i for i, r in enumerate(records) if r.get("patch_sha") == patch_sha(patch)]
     return {"patch": patch, "edited_lines": data.get("edited_lines") or {}, "edit": edit,
+            "final_run": on_final[-1] if on_final else None,
             "edit_origin": edit_origin if edit else "", "report": bool(entry), "resolved": entry.get("resolved"),
             "outcome": meta.get("outcome"), "detail": meta.get("detail"), "tests": _report_tests(entry),
             "test_runs": runs, "gold_patch": context.gold_patch}

@@ -48,7 +48,7 @@ def _demo_repo(bug: str) -> tuple[dict[str, str], str, tuple[int, ...]]:
 
     with tempfile.TemporaryDirectory(prefix="pinpoint-inspect-") as tmp:
         demo = build_demo_repo(Path(tmp) / "repo", bug)
-        files = {str(p.relative_to(demo.path)): p.read_text() for p in demo.path.rglob("*")
+        files = {str(p.relative_to(demo.path)): p.read_text(errors="replace") for p in demo.path.rglob("*")
                  if p.is_file() and ".git" not in p.relative_to(demo.path).parts}
     task = next(t for t in demo_tasks()["tasks"] if t["task_id"] == bug)
     fixed = files[MODULE].replace(task["buggy_solution"].rstrip("\n"), task["canonical_solution"].rstrip("\n"), 1)
