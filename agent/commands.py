@@ -23,7 +23,7 @@ from agent.config import Config, load_config
 from agent.runner import RunResult
 from agent.solve import Solved, layout_for, load_local_tasks, solve_instance, solve_local
 from agent.trajectory import load_trajectory, render
-from environments.errors import UsageError
+from environments.errors import UsageError, is_infrastructure
 from swebench_eval.cli import dataset_args, selection_from_args, sources_from_args
 from swebench_eval.layout import dataset_run_id
 from swebench_eval.predictions import read_predictions
@@ -97,7 +97,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     todo = [(i, item) for i, item in items if i not in done]
     console.print(f"pinpoint batch: {len(items)} tasks, {len(items) - len(todo)} already in {layout.predictions}, "
                   f"{len(todo)} to run with {args.workers} worker(s)")
-    summary = {"submitted": 0, "other": 0, "failed": 0, "resolved": 0}
+    summary = {"submitted": 0, "other": 0, "failed": 0, "infrastructure": 0, "resolved": 0}
     lock = threading.Lock()
 
     def one(item_id: str, item) -> None:
@@ -105,9 +105,13 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             solved: Solved = (solve_local(item, config, layout) if isinstance(item, dict)
                               else solve_instance(item, config, layout, evaluate=args.evaluate, sources=sources))
         except Exception as exc:  # one task's failure must not stop the batch; it is retried on the next run
+            infra = is_infrastructure(exc)
             with lock:
                 summary["failed"] += 1
-            console.print(f"[red]{item_id}: {type(exc).__name__}: {exc}[/]")
+                summary["infrastructure"] += int(infra)
+            kind = "infrastructure failure" if infra else "error"
+            console.print(f"{item_id}: {kind}: {type(exc).__name__}: {' '.join(str(exc).split())}", style="red",
+                          markup=False, highlight=False)
             return
         with lock:
             summary["submitted" if solved.result.submitted else "other"] += 1
@@ -115,7 +119,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 
     _run_all(todo, one, args.workers, args.no_progress)
     line = (f"pinpoint batch: {summary['submitted']} submitted, {summary['other']} ended otherwise, "
-            f"{summary['failed']} failed (rerun to retry)")
+            f"{summary['failed']} failed ({summary['infrastructure']} of them infrastructure; rerun to retry)")
     if args.evaluate:
         line += f", {summary['resolved']} resolved"
     console.print(line + f"; predictions in {layout.predictions}")

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import openai
 
+from agent.http_deadline import deadline_client
 from environments.errors import PinpointError
 
 log = logging.getLogger(__name__)
@@ -417,8 +418,10 @@ class LLMClient:
         key = os.environ.get(self.config.api_key_env) or PLACEHOLDER_KEY
         with self._lock:
             if self._client is None or self._client.api_key != key:
+                # the deadline bounds the whole reply (a dripping server defeats per-read timeouts)
+                http = deadline_client(self.config.timeout_s)
                 self._client = openai.OpenAI(base_url=self.config.base_url, api_key=key,
-                                             timeout=self.config.timeout_s, max_retries=0)
+                                             timeout=self.config.timeout_s, max_retries=0, http_client=http)
             return self._client
 
     def complete(self, messages: list[dict], tools: list[dict] | None = None) -> LLMResponse:

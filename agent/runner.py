@@ -25,6 +25,7 @@ from agent.graph import build_graph, initial_state
 from agent.llm import LLMClient, LLMConfig
 from agent.state import Task
 from agent.trajectory import TrajectoryWriter
+from environments.errors import PinpointError
 from environments.runtime import Runtime
 from localization.bm25 import Bm25Localizer
 from localization.failing_tests import ExecutionSignals, FailingTests, pytest_selection
@@ -35,6 +36,13 @@ from swebench_eval.metrics import edited_lines
 from swebench_eval.patches import PatchError, apply_patch
 
 RECURSION_LIMIT = 100_000  # budgets end runs; LangGraph's own step cap must never be what stops one
+#: statuses of a run ended by its infrastructure (the endpoint, the container), not by the model: a rerun retries
+#: the failing step instead of reporting the run as done, and no prediction is written for it
+INFRA_STATUSES = ("llm_error", "runtime_error")
+
+
+class RunInterrupted(PinpointError, RuntimeError):
+    """A run ended by an infrastructure failure; its trajectory and checkpoint are kept and a rerun resumes it."""
 
 
 @dataclass
@@ -128,25 +136,18 @@ def run_task(
     try:
         saver = SqliteSaver(connection)
         graph = build_graph(ctx, saver)
-        snapshot = graph.get_state(graph_config)
-        if snapshot.values and not snapshot.next and snapshot.values.get("status") == "running":
-            # killed while LangGraph was writing a step: the checkpoint names no next node, yet the run never
-            # finished; start the task over rather than report it as done with an empty patch
-            saver.delete_thread(graph_config["configurable"]["thread_id"])
-            snapshot = graph.get_state(graph_config)
-        if snapshot.values and not snapshot.next:  # finished earlier: nothing to redo
-            state = dict(snapshot.values)
+        start_from, state = _starting_point(graph, saver, graph_config)
+        if start_from == "finished":  # nothing to redo
             _restore(runtime, state.get("final_patch", ""))
             return _result(state, writer, resumed=True)
-        if snapshot.values:
-            state = dict(snapshot.values)
+        if start_from is not None:
             _restore(runtime, state.get("patch", ""))
             ctx.elapsed_before = state.get("elapsed_s", 0.0)
             resumed = True
-            stream_input = None
+            stream_input, stream_config = None, {**start_from, "recursion_limit": RECURSION_LIMIT}
         else:
-            stream_input = initial_state(task)
-        for state in graph.stream(stream_input, graph_config, stream_mode="values"):
+            stream_input, stream_config = initial_state(task), graph_config
+        for state in graph.stream(stream_input, stream_config, stream_mode="values"):
             writer.write(state, edited_lines=edited_lines(state.get("patch", "")), resumed=resumed)
             if on_state is not None:
                 on_state(state)
@@ -160,6 +161,31 @@ def run_task(
         raise
     finally:
         connection.close()
+
+
+def _starting_point(graph, saver: SqliteSaver, graph_config: dict) -> tuple[dict | str | None, dict]:
+    """Where a run of this thread starts, with the state there: ("finished", state) for a run that ended on a
+    model outcome; (checkpoint config, state) to resume, which for a run ended by an infrastructure failure
+    (INFRA_STATUSES) is the last checkpoint before the failing step, so that step is tried again; (None, {}) to
+    start over."""
+    thread = graph_config["configurable"]["thread_id"]
+    snapshot = graph.get_state(graph_config)
+    status = snapshot.values.get("status") if snapshot.values else None
+    if snapshot.values and not snapshot.next and status == "running":
+        # killed while LangGraph was writing a step: the checkpoint names no next node, yet the run never
+        # finished; start the task over rather than report it as done with an empty patch
+        saver.delete_thread(thread)
+        return None, {}
+    if snapshot.values and not snapshot.next and status in INFRA_STATUSES:
+        before = next((s for s in graph.get_state_history(graph_config)
+                       if s.next and s.values.get("status") == "running"), None)
+        if before is None:
+            saver.delete_thread(thread)
+            return None, {}
+        return before.config, dict(before.values)
+    if snapshot.values:
+        return ("finished" if not snapshot.next else graph_config), dict(snapshot.values)
+    return None, {}
 
 
 def _restore(runtime: Runtime, patch: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.config import Config
-from agent.runner import RunResult, run_task
+from agent.runner import INFRA_STATUSES, RunInterrupted, RunResult, run_task
 from agent.state import Task
 from environments.errors import UsageError
 from swebench_eval.datasets import Instance
@@ -78,7 +78,7 @@ def solve_instance(instance: Instance, config: Config, layout: RunLayout, *, eva
     """Solve, grade when asked, and append the prediction to the run's preds.jsonl."""
     from swebench_eval.run import grade
 
-    solved = Solved(solve(instance, config, layout, sources))
+    solved = Solved(_finished(solve(instance, config, layout, sources)))
     if evaluate:
         prediction = Prediction(instance.instance_id, solved.result.patch, config.llm.model)
         verdict, _ = grade(instance, prediction, layout, sources=sources, settings=config.runtime,
@@ -89,6 +89,16 @@ def solve_instance(instance: Instance, config: Config, layout: RunLayout, *, eva
     return solved
 
 
+def _finished(result: RunResult) -> RunResult:
+    """`result` when the model ended the run; RunInterrupted when its infrastructure did (the endpoint, the
+    container): no prediction is written for it, so a rerun resumes it instead of skipping it as done."""
+    if result.status in INFRA_STATUSES:
+        raise RunInterrupted(f"{result.instance_id}: infrastructure failure ({result.status}): {result.detail}; "
+                             f"no prediction written; the trajectory is kept in {result.trajectory} and a rerun "
+                             "resumes from the step that failed")
+    return result
+
+
 def solve_local(row: dict, config: Config, layout: RunLayout) -> Solved:
     """A local task (`batch --tasks`): the agent on a temporary checkout of `repo_path`, no container."""
     from environments.local import LocalRuntime
@@ -96,7 +106,7 @@ def solve_local(row: dict, config: Config, layout: RunLayout) -> Solved:
     task = Task(row["instance_id"], row["problem_statement"], repo=row.get("repo", ""),
                 test_command=row.get("test_command"))
     with LocalRuntime(row["repo_path"], row.get("base_commit")) as runtime:
-        solved = Solved(run_task(task, runtime, config, run_dir=layout.trajectory_dir(task.instance_id)))
+        solved = Solved(_finished(run_task(task, runtime, config, run_dir=layout.trajectory_dir(task.instance_id))))
     append_prediction(layout.predictions, task.instance_id, solved.result.patch, config.llm.model, **solved.row())
     return solved
 

@@ -8,8 +8,6 @@ what happened up to its last step.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,24 +18,11 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from environments.files import write_json_atomic
+
 FORMAT = "pinpoint-trajectory/1"
 STATE_KEYS = ("status", "detail", "final_patch", "patch", "steps", "prompt_tokens", "completion_tokens", "cost_usd",
               "elapsed_s", "suspects", "messages", "events", "test_runs", "candidates", "best", "searches")
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write to a temporary file in the same folder and rename it over `path` (never a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class TrajectoryWriter:

@@ -9,13 +9,13 @@ official grader's "error", whose likely cause is recorded from swebench's infra 
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from environments.files import write_atomic, write_json_atomic
 from environments.runtime import Runtime, RuntimeFailure, RuntimeSettings
 from swebench_eval.datasets import Instance
 from swebench_eval.grading import grade_log, recorded_exit_code
@@ -67,7 +67,7 @@ class InstanceReport:
 
 def _write(out_dir: Path | None, name: str, text: str) -> None:
     if out_dir is not None:
-        (out_dir / name).write_text(text)
+        write_atomic(out_dir / name, text)
 
 
 def evaluate_patch(
@@ -146,7 +146,7 @@ def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: In
     verdict.test_exit_code = recorded_exit_code(log)
     with tempfile.TemporaryDirectory() as tmp:
         log_path = (out_dir or Path(tmp)) / "test_output.txt"
-        log_path.write_text(log)
+        write_atomic(log_path, log)
         verdict.report = grade_log(instance, log_path, patch or "", model_name)
     verdict.tampering = {"reverted": reverted_files(log), "conflicting": conflicting_tests(instance, log)}
     apply_conflicts(verdict.report, instance.instance_id, verdict.tampering["conflicting"])
@@ -166,5 +166,4 @@ def classify(entry: dict[str, Any], timed_out: bool, timeout: float = DEFAULT_TI
 
 
 def write_report(verdict: InstanceReport, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "report.json").write_text(json.dumps(verdict.to_json(), indent=2))
+    write_json_atomic(out_dir / "report.json", verdict.to_json(), indent=2)

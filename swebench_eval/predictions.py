@@ -96,20 +96,41 @@ def empty_predictions(instances: Iterable[Instance]) -> dict[str, Prediction]:
 
 
 def append_prediction(path: str | Path, instance_id: str, patch: str, model: str, **extra) -> None:
-    """Append one prediction line atomically with respect to other writers; durable when this returns."""
+    """Append one prediction line atomically with respect to other writers; durable when this returns. A write
+    that fails (disk full) is undone, so the file only ever holds whole lines."""
     path = Path(path)
     row = {"instance_id": instance_id, "model_name_or_path": model, "model_patch": patch, **extra}
     data = (json.dumps(row) + "\n").encode()
     with _locked(path):
-        # a torn last line from a crash must not glue onto ours
-        if path.exists() and path.stat().st_size:
-            with open(path, "rb") as handle:
-                handle.seek(-1, os.SEEK_END)
-                if handle.read(1) != b"\n":
-                    data = b"\n" + data
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
+            size = _drop_torn_tail(fd)
+            try:
+                written = os.pwrite(fd, data, size)
+                if written != len(data):
+                    raise OSError(28, f"wrote {written} of {len(data)} bytes (disk full?)", str(path))
+                os.fsync(fd)
+            except BaseException:
+                os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
+
+
+def _drop_torn_tail(fd: int) -> int:
+    """Cut a last line without its newline (only a writer killed mid-line leaves one: every write happens under
+    the lock) and return the file's size after it, where the next line goes."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end, keep = size, 0
+    while end > 0:  # back to the last newline, a megabyte at a time (a patch line can be long)
+        start = max(0, end - (1 << 20))
+        chunk = os.pread(fd, end - start, start)
+        if b"\n" in chunk:
+            keep = start + chunk.rfind(b"\n") + 1
+            break
+        end = start
+    print(f"pinpoint: dropping a torn last line ({size - keep} bytes) from the predictions file", file=sys.stderr)
+    os.ftruncate(fd, keep)
+    return keep

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from environments.files import write_json_atomic
 from environments.runtime import RuntimeSettings
 from swebench_eval.datasets import Instance
 from swebench_eval.evaluate import (
@@ -80,6 +81,8 @@ def grade(instance: Instance, prediction: Prediction, layout: RunLayout, *, sour
     out_dir = layout.with_model(prediction.model_name_or_path).eval_dir(instance.instance_id)
     if not rerun and _same_patch(out_dir, prediction) and (previous := finished_report(out_dir)) is not None:
         return previous, True
+    # an old verdict must not survive beside the new patch.diff if this grading is cut short (killed, disk full)
+    (out_dir / "report.json").unlink(missing_ok=True)
     try:
         verdict = evaluate_patch(instance, prediction.model_patch, image=image, out_dir=out_dir, timeout=timeout,
                                  model_name=prediction.model_name_or_path, sources=sources, settings=settings)
@@ -138,6 +141,4 @@ def run_eval(
 
 
 def _write_summary(path: Path, summary: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(path)
+    write_json_atomic(path, summary, indent=2)

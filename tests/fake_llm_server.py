@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-StepKind = Literal["text", "tool_calls", "delay", "http_error", "empty", "garbage"]
+StepKind = Literal["text", "tool_calls", "delay", "http_error", "empty", "garbage", "drip"]
 
 
 @dataclass
@@ -78,6 +78,12 @@ def malformed_tool_call(name: str, raw_arguments: str = '{"path": "a.py",') -> S
 def delay(seconds: float, then: Step | str | None = None) -> Step:
     """Wait before answering (longer than the client's timeout to provoke one), then answer `then`."""
     return Step("delay", seconds=seconds, then=_as_step(then) if then is not None else text(""))
+
+
+def drip(seconds_per_byte: float, then: Step | str | None = None) -> Step:
+    """Answer `then`, but send its body one byte every `seconds_per_byte` (a stalled proxy, a dying server): each
+    read gets a byte well within any read timeout, so only a deadline on the whole reply stops the wait."""
+    return Step("drip", seconds=seconds_per_byte, then=_as_step(then) if then is not None else text(""))
 
 
 def http_error(status: int, message: str = "scripted failure", retry_after: float | None = None) -> Step:
@@ -279,6 +285,23 @@ def _handler_for(server: FakeScriptedLLMServer) -> type[BaseHTTPRequestHandler]:
             with server._lock:
                 server.headers.append({k.lower(): v for k, v in self.headers.items()})
             step = server._next_step(request)
-            self._send(*server._reply(step, request))
+            if step.kind == "drip":
+                self._drip(*server._reply(step.then or text(""), request), step.seconds)
+            else:
+                self._send(*server._reply(step, request))
+
+        def _drip(self, status: int, headers: dict[str, str], body: bytes, seconds: float) -> None:
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for i in range(len(body)):
+                    if server._closing.wait(seconds):
+                        return
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up, as it should
 
     return Handler

@@ -1,0 +1,56 @@
+"""Durable writes: a file is either its old content or its whole new content, never half of one.
+
+Every result file pinpoint rewrites (trajectory.json, report.json, summary.json, the eval logs) goes through here:
+the text lands in a temporary file in the same folder, is fsynced, and is renamed over the target. A process
+killed mid-write, or a disk that fills up, leaves the previous file (or none); a killed writer's temporary file
+(named with its pid) is removed by the next write of the same file.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Replace `path` with `data` (str is UTF-8) in one rename; the folder is created when missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8", errors="surrogateescape") if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _drop_orphans(path)
+
+
+def _drop_orphans(path: Path) -> None:
+    """Remove the temporary files of `path` left by writers that died mid-write (their pid is gone)."""
+    for orphan in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = orphan.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            orphan.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
+    """`data` as JSON (unknown types as their str), written with `write_atomic`."""
+    write_atomic(path, json.dumps(data, indent=indent, default=str))
