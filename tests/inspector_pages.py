@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -79,10 +80,14 @@ def served(path: Path) -> Iterator[str]:
 
 
 @contextmanager
-def inspect_command(*args: str) -> Iterator[str]:
-    """`pinpoint inspect ARGS` as the user runs it; yields the URL it prints, stops it afterwards."""
-    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "inspect", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def inspect_command(command: str) -> Iterator[str]:
+    """A printed `pinpoint inspect ...` command run as the user would (the console script beside this Python);
+    yields the URL it prints, stops it afterwards."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["pinpoint", "inspect"], command
+    script = Path(sys.executable).with_name("pinpoint")
+    prefix = [str(script)] if script.exists() else [sys.executable, "-m", "agent.cli"]
+    proc = subprocess.Popen([*prefix, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         match = re.search(r"http://127\.0\.0\.1:\d+/", line)

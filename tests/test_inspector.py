@@ -43,9 +43,10 @@ def demo_run(runs_root: Path) -> tuple[Path, str]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("see it in a browser: pinpoint inspect "), last
-    folder = Path(shlex.split(last.split("pinpoint inspect ", 1)[1])[0])
+    command = last.removeprefix("see it in a browser: ")
+    folder = Path(shlex.split(command)[2])
     assert (folder / "trajectory.json").is_file()
-    return folder, last
+    return folder, command
 
 
 def click_tab(page, view: str) -> None:
@@ -62,10 +63,10 @@ def test_the_demo_through_its_printed_command_buggy_line_first_candidates_verdic
     from agent.demo import MODULE, demo_tasks
     from agent.nodes import patch_sha
 
-    folder, _ = demo_run
+    folder, command = demo_run
     data = json.loads((folder / "trajectory.json").read_text())
     buggy = next(t for t in demo_tasks()["tasks"] if t["task_id"] == "Python/2")
-    with inspect_command(str(folder)) as url:
+    with inspect_command(command) as url:
         page = browser.new_page(viewport=VIEWPORT)
         go(page, url)
         assert "#/t/" in page.url and page.url.endswith("/timeline")  # one trajectory opens directly
