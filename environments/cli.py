@@ -21,6 +21,19 @@ def run_guarded(args: argparse.Namespace) -> int:
     except (PinpointError, ValueError, FileNotFoundError) as exc:
         print(f"pinpoint {command_name(args)}: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a full or failing disk is the machine's trouble, not a bug: say so and keep going
+        if not _storage_failure(exc):
+            raise
+        print(f"pinpoint {command_name(args)}: {_one_line(exc)} (free space or fix the disk, then rerun the same "
+              "command: results already written are kept and it resumes)", file=sys.stderr)
+        return 2
+
+
+def _storage_failure(exc: BaseException) -> bool:
+    """A disk that is full, over quota, read-only or failing (OSError, or SQLite's own 'disk is full')."""
+    from environments.errors import is_infrastructure
+
+    return (isinstance(exc, OSError) or "disk" in str(exc)) and is_infrastructure(exc)
 
 
 def command_name(args: argparse.Namespace) -> str:
