@@ -8,7 +8,6 @@ only this run puts on its own, so other users of the engine cannot make the figu
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import tempfile
@@ -46,13 +45,13 @@ def _free_disk() -> int:
 
 def footprint(client, tag: str) -> dict:
     """What a leak would show in: this process's fds, threads and child processes, the containers of this soak,
-    pinpoint's temporary folders, the free disk."""
+    the entries of the temporary folder (run_soak points it at a private one), the free disk."""
     return {
         "fds": len(os.listdir("/proc/self/fd")),
         "threads": threading.active_count(),
         "child_processes": len(descendants(os.getpid())),
         "containers": len(client.containers.list(all=True, filters={"label": f"{SOAK_LABEL}={tag}"})),
-        "temp_folders": len(glob.glob(os.path.join(tempfile.gettempdir(), "pinpoint-*"))),
+        "temp_folders": len(os.listdir(tempfile.gettempdir())),
         "disk_free_mb": _free_disk() >> 20,
     }
 
@@ -138,13 +137,21 @@ def run_soak(image: str, *, resets: int = 1000, commands: int = 1000, concurrent
     """The whole soak; every figure in one dict."""
     client = engine.client()
     tag = uuid.uuid4().hex[:12]
-    before = footprint(client, tag)
-    log(f"one environment: {resets} resets, {commands} commands")
-    single = one_environment(image, tag, resets, commands)
-    log(f"{concurrent} environments at once")
-    crowd = many_at_once(image, tag, concurrent)
-    time.sleep(1.0)  # let the engine's and the threads' last work finish before counting
-    after = footprint(client, tag)
+    # every temporary folder this process makes lands in a private one, so other users of /tmp cannot move the count
+    saved = tempfile.tempdir
+    private = tempfile.mkdtemp(prefix="pinpoint-soak-")
+    tempfile.tempdir = private
+    try:
+        before = footprint(client, tag)
+        log(f"one environment: {resets} resets, {commands} commands")
+        single = one_environment(image, tag, resets, commands)
+        log(f"{concurrent} environments at once")
+        crowd = many_at_once(image, tag, concurrent)
+        time.sleep(1.0)  # let the engine's and the threads' last work finish before counting
+        after = footprint(client, tag)
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(private, ignore_errors=True)
     leaked = leaks(before, after)
     return {"image": image, "one_environment": single, "at_once": crowd, "before": before, "after": after,
             "leaked": leaked, "leak_free": all(value <= 0 for value in leaked.values())}
