@@ -102,21 +102,21 @@ def signature(found: Found) -> str:
     return digest.hexdigest()[:16]
 
 
-_CACHE: dict[Path, tuple[int, int, Any]] = {}
+def stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime, size) of a file, None when it is not there: what the caches compare."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
 
 
 def read_json(path: Path) -> Any:
-    """The file's JSON, reread only when its mtime or size changed (a batch rewrites trajectories every step)."""
+    """The file's JSON; None when it is missing or not JSON (the callers cache what they derive, not the file)."""
     try:
-        stat = path.stat()
-        cached = _CACHE.get(path)
-        if cached and cached[:2] == (stat.st_mtime_ns, stat.st_size):
-            return cached[2]
-        value = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    _CACHE[path] = (stat.st_mtime_ns, stat.st_size, value)
-    return value
 
 
 def layout_of(trajectory: Path) -> tuple[RunLayout, str] | None:
@@ -128,13 +128,16 @@ def layout_of(trajectory: Path) -> tuple[RunLayout, str] | None:
     return RunLayout(model_dir.parent.name, model_dir.name, model_dir.parent.parent), parts[-2]
 
 
-def report_for(trajectory: Path) -> dict | None:
-    """The instance's report.json beside the trajectory in the results layout, if graded."""
+def report_path(trajectory: Path) -> Path | None:
+    """Where the instance's report.json is (or will be) beside the trajectory in the results layout."""
     located = layout_of(trajectory)
-    if located is None:
-        return None
-    layout, instance = located
-    report = read_json(layout.eval_dir(instance) / "report.json")
+    return located[0].eval_dir(located[1]) / "report.json" if located else None
+
+
+def report_for(trajectory: Path) -> dict | None:
+    """The instance's report.json, if graded."""
+    path = report_path(trajectory)
+    report = read_json(path) if path else None
     return report if isinstance(report, dict) else None
 
 

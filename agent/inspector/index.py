@@ -15,7 +15,9 @@ from agent.inspector.folder import (
     layout_of,
     read_json,
     report_for,
+    report_path,
     signature,
+    stamp,
 )
 from agent.inspector.model import ranked_lines, trajectory_view
 from agent.inspector.sources import demo_bug, gold_lines_of, swebench_instance
@@ -72,7 +74,23 @@ def _report_fields(report: dict | None) -> dict:
             "f1": edit.get("f1"), "precision": edit.get("precision"), "recall": edit.get("recall")}
 
 
+_ROWS: dict[Path, tuple[tuple, dict | None]] = {}
+
+
 def _trajectory_row(found: Found, path: Path) -> dict | None:
+    """The row of one trajectory, recomputed only when it or its report changed (a batch rewrites trajectories
+    every step; the index is rebuilt on every change, so unchanged rows must cost a stat, not a parse)."""
+    report = report_path(path)
+    key = (stamp(path), stamp(report) if report else None, key_of(found, path))
+    cached = _ROWS.get(path)
+    if cached and cached[0] == key:
+        return cached[1]
+    row = _row_of(found, path)
+    _ROWS[path] = (key, row)
+    return row
+
+
+def _row_of(found: Found, path: Path) -> dict | None:
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
@@ -161,39 +179,48 @@ def build_index(found: Found) -> dict:
             "rl": {"rows": episodes, "plots": rl_plots(episodes)}, "single": single}
 
 
+#: full views of the trajectories opened last (a view holds every event: a few are kept, not the whole batch)
 _VIEWS: dict[str, tuple[tuple, dict]] = {}
+MAX_VIEWS = 8
 
 
 def _trajectory_by_key(found: Found, key: str) -> Path | None:
     return next((p for p in found.trajectories if key_of(found, p) == key), None)
 
 
-def detail(found: Found, key: str) -> dict | None:
-    """The full view behind one row: a trajectory's (with its report), or an RL episode's messages; None if no
-    such row. Cached until the file changes."""
-    if key.startswith("rl:"):
-        from agent.inspector.rl import episode_detail, read_rows
+def _episode(found: Found, key: str) -> dict | None:
+    """`rl:<file>:<row>`: that episode's messages and reward info, if the file is one of the page's datasets."""
+    from agent.inspector.rl import episode_detail, read_rows
 
-        name, _, index = key[3:].rpartition(":")
-        path = _base(found) / name
-        if not index.isdigit() or path not in [p for p in found.datasets] and path.resolve() not in [
-                p.resolve() for p in found.datasets]:
-            return None
-        rows = read_rows(path)
-        return episode_detail(rows[int(index)]) if int(index) < len(rows) else None
+    name, _, index = key.removeprefix("rl:").rpartition(":")
+    path = next((p for p in found.datasets if p.resolve() == (_base(found) / name).resolve()), None)
+    if path is None or not index.isdigit():
+        return None
+    rows = read_rows(path)
+    return episode_detail(rows[int(index)]) if int(index) < len(rows) else None
+
+
+def detail(found: Found, key: str) -> dict | None:
+    """The full view behind one row: a trajectory's (with its report), or an RL episode's; None if no such row.
+    A trajectory's view is cached until it or its report changes."""
+    if key.startswith("rl:"):
+        return _episode(found, key)
     path = _trajectory_by_key(found, key)
     if path is None:
         return None
+    report = report_path(path)
+    version = (stamp(path), stamp(report) if report else None)
+    cached = _VIEWS.get(key)
+    if cached and cached[0] == version:
+        return cached[1]
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
-    report = report_for(path)
-    stamp = (path.stat().st_mtime_ns, json.dumps(report, sort_keys=True, default=str) if report else "")
-    cached = _VIEWS.get(key)
-    if cached and cached[0] == stamp:
-        return cached[1]
-    view = trajectory_view(data, report)
-    _VIEWS[key] = (stamp, view)
+    view = trajectory_view(data, report_for(path))
+    _VIEWS.pop(key, None)
+    _VIEWS[key] = (version, view)
+    while len(_VIEWS) > MAX_VIEWS:
+        _VIEWS.pop(next(iter(_VIEWS)))
     return view
 
 
