@@ -342,3 +342,22 @@ def test_a_search_that_passes_shows_its_chosen_candidate_and_the_edit_against_th
     assert "against the reference" in page.inner_text("#view-verdict")
     assert page.locator("#final-patch .del").first.inner_text() == "-    return number % 1.0 + 1.0"
     assert MODULE in page.inner_text("#final-patch")
+
+
+@pytest.mark.docker
+def test_reports_without_trajectories_are_rows_too(swebench_run, browser, tmp_path):
+    """`pinpoint eval` on predictions made elsewhere leaves reports and no trajectory: still one row each."""
+    from test_agent_docker import INSTANCE
+
+    report = json.loads((swebench_run / "eval" / INSTANCE / "report.json").read_text())[INSTANCE]
+    graded = tmp_path / "graded" / "swebench_verified_dev" / "someone-else"
+    shutil.copytree(swebench_run / "eval", graded / "eval")
+    out = tmp_path / "graded.html"
+    assert main(["inspect", str(tmp_path / "graded"), "--export", str(out)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, out.as_uri())
+    assert page.inner_text("#batch-table-count") == "1 of 1"
+    cells = page.locator("#batch-table tbody tr").first.locator("td")
+    assert cells.nth(0).inner_text() == INSTANCE and cells.nth(4).inner_text() == "yes"
+    assert cells.nth(7).inner_text() == f"{report['pinpoint']['edit']['f1']:g}"
+    assert page.locator("#batch-table tbody a").count() == 0  # nothing to open

@@ -31,17 +31,21 @@ class Found:
     trajectories: list[Path] = field(default_factory=list)
     predictions: list[Path] = field(default_factory=list)
     datasets: list[Path] = field(default_factory=list)
+    reports: list[Path] = field(default_factory=list)
 
 
 def _walk(root: Path, depth: int = 0):
+    """Every file of interest below `root`; of an `eval` folder only `<instance>/report.json` (not the logs)."""
     try:
         entries = sorted(root.iterdir())
     except OSError:
         return
     for entry in entries:
-        if entry.name.startswith(".") or entry.name in ("eval", "__pycache__"):
+        if entry.name.startswith(".") or entry.name == "__pycache__":
             continue
-        if entry.is_dir() and depth < MAX_DEPTH:
+        if entry.name == "eval" and entry.is_dir():
+            yield from sorted(p for p in entry.glob("*/report.json") if p.is_file())
+        elif entry.is_dir() and depth < MAX_DEPTH:
             yield from _walk(entry, depth + 1)
         elif entry.is_file():
             yield entry
@@ -78,13 +82,15 @@ def find(path: str | Path) -> Found:
             found.trajectories.append(file)
         elif file.name == "preds.jsonl":
             found.predictions.append(file)
+        elif file.name == "report.json" and file.parent.parent.name == "eval":
+            found.reports.append(file)
         elif _is_rl_file(file):
             found.datasets.append(file)
         elif root.is_file() and file.suffix == ".json":
             found.trajectories.append(file)  # a trajectory saved under another name
-    if not (found.trajectories or found.predictions or found.datasets):
-        raise UsageError(f"{root} holds no trajectory.json, preds.jsonl or RL dataset (JSONL/Parquet rows with "
-                         f"task_id and reward) within {MAX_DEPTH} folders")
+    if not (found.trajectories or found.predictions or found.datasets or found.reports):
+        raise UsageError(f"{root} holds no trajectory.json, preds.jsonl, eval report or RL dataset (JSONL/Parquet "
+                         f"rows with task_id and reward) within {MAX_DEPTH} folders")
     return found
 
 

@@ -111,22 +111,35 @@ def _row_of(found: Found, path: Path) -> dict | None:
     return row
 
 
+def _untraced_row(run: str, model: str, instance: str, pred: dict, report: Path | None) -> dict:
+    """A graded or predicted instance with no trajectory here (`pinpoint eval` on predictions made elsewhere)."""
+    edit = pred.get("edit") or {}
+    status = pred.get("status") or ("graded" if report else "?")
+    row = {"key": f"{run}/{model}/{instance}", "instance_id": instance, "run": run, "model": model,
+           "repo": instance.rsplit("-", 1)[0].replace("__", "/"), "status": status,
+           "resolved": pred.get("resolved"), "outcome": pred.get("outcome"), "graded": "resolved" in pred,
+           "edited_lines": pred.get("edited_lines"), "f1": edit.get("f1"), "trajectory": False}
+    data = read_json(report) if report else None
+    if isinstance(data, dict):
+        row.update({k: v for k, v in _report_fields(data).items() if v is not None})
+    return row
+
+
 def batch_rows(found: Found) -> list[dict]:
-    """One row per trajectory, plus predictions that have none; preds.jsonl's resolved/outcome fill gaps."""
+    """One row per trajectory, plus predictions and reports that have none; preds.jsonl's resolved/outcome fill
+    a trajectory's gaps."""
     preds = _prediction_rows(found)
-    rows = [row for path in found.trajectories if (row := _trajectory_row(found, path)) is not None]
+    reports = {(p.parents[3].name, p.parents[2].name, p.parent.name): p for p in found.reports
+               if len(p.parents) > 3}
+    rows = [dict(row) for path in found.trajectories if (row := _trajectory_row(found, path)) is not None]
     seen = {(r["run"], r["model"], r["instance_id"]) for r in rows}
     for row in rows:
         pred = preds.get((row["run"], row["model"], row["instance_id"])) or {}
         if row["resolved"] is None and "resolved" in pred:
             row.update(resolved=pred["resolved"], outcome=pred.get("outcome"), graded=True)
-    for (run, model, instance), pred in preds.items():
-        if (run, model, instance) not in seen:
-            edit = pred.get("edit") or {}
-            rows.append({"key": f"{run}/{model}/{instance}", "instance_id": instance, "run": run, "model": model,
-                         "repo": instance.rsplit("-", 1)[0].replace("__", "/"), "status": pred.get("status", "?"),
-                         "resolved": pred.get("resolved"), "outcome": pred.get("outcome"), "graded": "resolved" in pred,
-                         "edited_lines": pred.get("edited_lines"), "f1": edit.get("f1"), "trajectory": False})
+    for key in dict.fromkeys([*preds, *reports]):
+        if key not in seen:
+            rows.append(_untraced_row(*key, preds.get(key) or {}, reports.get(key)))
     return rows
 
 
