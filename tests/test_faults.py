@@ -198,8 +198,9 @@ class EngineProxy:
     pointed at it (DOCKER_HOST) the engine has gone away, while the real engine, and everyone else using it,
     carries on."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cut_on: bytes | None = None) -> None:
         self.path = path
+        self.cut_on = cut_on  # cut instead of forwarding the first request holding these bytes
         self._listener: socket.socket | None = None
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -238,13 +239,16 @@ class EngineProxy:
                     upstream.close()
                     return
                 self._open += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for src, dst, watch in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(target=self._pump, args=(src, dst, watch), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, watch: bool) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(65536):
+                if watch and self.cut_on is not None and self.cut_on in data:
+                    self.cut_on = None
+                    self.cut()
+                    return
                 dst.sendall(data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
@@ -269,10 +273,14 @@ def _container_script(ids: dict[str, str], on_last: dict[str, object]):
 
 def _remove_containers_of(label_file: Path) -> None:
     if label_file.exists():
-        client = docker.from_env()
-        for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={label_file.read_text()}"}):
-            with contextlib.suppress(docker.errors.APIError):
-                container.remove(force=True)
+        _remove_containers_of_label(label_file.read_text(), docker.from_env())
+
+
+def _remove_containers_of_label(label: str, client: docker.DockerClient) -> None:
+    """Remove the containers of one pinpoint process (its `pinpoint.run` label), and only those."""
+    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={label}"}):
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
 
 
 @pytest.mark.docker
@@ -305,6 +313,37 @@ def test_batch_engine_lost_mid_batch(tmp_path, docker_client):
     finally:
         proxy.cut()
         _remove_containers_of(label_file)
+
+
+@pytest.mark.docker
+def test_eval_engine_lost_mid_eval(tmp_path, monkeypatch, capsys, docker_client):
+    """The engine goes away as the first instance's grading container is removed: that verdict stays, the second
+    instance is an infrastructure outcome (never `unresolved`), and the rerun, with the engine back, grades only
+    the second."""
+    from environments import engine
+
+    ids = ["psf__requests-1142", "psf__requests-2931"]  # both resolve with their gold patches
+    proxy = EngineProxy(tmp_path / "engine.sock", cut_on=b"DELETE /").start()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{proxy.path}")
+    engine.client.cache_clear()
+    argv = ["eval", "--gold", "--instances", *ids, "--runs-dir", str(tmp_path / "runs"), "--run-id", "t"]
+    try:
+        assert main(argv) == 0
+        summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
+        assert summary["resolved_instances"] == 1 and summary["infra_failure_instances"] == 1, summary["ids"]
+        assert summary["unresolved_instances"] == 0
+        (graded,) = summary["ids"]["resolved"]
+        _remove_containers_of_label(RUN_ID, docker.DockerClient(base_url=f"unix://{ENGINE_SOCKET}"))  # left by the cut
+        engine.client.cache_clear()
+        proxy.start()
+        capsys.readouterr()
+        assert main(argv) == 0
+        assert f"{graded}: resolved (finished earlier)" in capsys.readouterr().out
+        summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
+        assert sorted(summary["ids"]["resolved"]) == ids and summary["infra_failure_instances"] == 0, summary["ids"]
+    finally:
+        proxy.cut()
+        engine.client.cache_clear()
 
 
 # -- the runs folder's disk full --------------------------------------------------------------------------------------
