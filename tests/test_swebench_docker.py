@@ -17,13 +17,15 @@ pytestmark = pytest.mark.docker
 #: psf/requests builds fastest (Python 3.9, pytest and `pip install .`); -2931 would need real network timeouts
 INSTANCE = "psf__requests-1142"
 F2P = ["test_requests.py::RequestsTestCase::test_no_content_length"]
-#: pytest loads it before any test, so the run outlasts a short timeout on any machine (the suite alone can finish
-#: in under 3 s on a fast one)
-SLEEPING_CONFTEST = """diff --git a/conftest.py b/conftest.py
-new file mode 100644
---- /dev/null
-+++ b/conftest.py
-@@ -0,0 +1,2 @@
+#: the package sleeps when the tests import it, so the run outlasts a short timeout on any machine (the suite alone
+#: can finish in under 3 s on a fast one); in the package, not a conftest.py, which the grader would put back
+SLEEPING_IMPORT = """diff --git a/requests/__init__.py b/requests/__init__.py
+--- a/requests/__init__.py
++++ b/requests/__init__.py
+@@ -69,3 +69,5 @@
+             pass
+ 
+ logging.getLogger(__name__).addHandler(NullHandler())
 +import time
 +time.sleep(600)
 """
@@ -62,6 +64,6 @@ def test_gold_resolves_empty_does_not_and_a_rerun_is_skipped(tmp_path, capsys, d
 
 def test_a_test_run_past_its_timeout_is_an_infrastructure_failure(tmp_path, docker_client):
     instance = load_instances(ids=[INSTANCE])[0]
-    verdict = evaluate_patch(instance, instance.patch + SLEEPING_CONFTEST, out_dir=tmp_path, timeout=3)
+    verdict = evaluate_patch(instance, instance.patch + SLEEPING_IMPORT, out_dir=tmp_path, timeout=3)
     assert verdict.outcome == "timeout" and verdict.infra_failure and not verdict.resolved
     assert "Timeout error: 3 seconds exceeded." in (tmp_path / "test_output.txt").read_text()
