@@ -143,12 +143,15 @@ def batch_rows(found: Found) -> list[dict]:
     return rows
 
 
-def _histogram(values: list[float], bins: int = 10) -> dict:
+def histogram(values: list, bins: int = 10) -> dict:
+    """Counts of the numbers among `values` in `bins` equal bins (the page draws them as bars)."""
     values = [v for v in values if isinstance(v, int | float)]
     if not values:
         return {"edges": [], "counts": []}
     lo, hi = min(values), max(values)
-    width = (hi - lo) / bins or 1.0
+    if lo == hi:  # one value: one bar, not ten bins of made-up width
+        return {"edges": [lo, hi], "counts": [len(values)]}
+    width = (hi - lo) / bins
     counts = [0] * bins
     for v in values:
         counts[min(bins - 1, int((v - lo) / width))] += 1
@@ -172,8 +175,8 @@ def batch_plots(rows: list[dict]) -> dict:
         statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
     return {"resolve": [{"repo": k, "resolved": v[0], "graded": v[1]} for k, v in sorted(repos.items())],
             "hit_ks": list(HIT_KS), "hit": hit, "hit_rows": len(gold),
-            "cost": _histogram([r.get("cost_usd") for r in rows]),
-            "time": _histogram([r.get("elapsed_s") for r in rows]), "statuses": statuses}
+            "cost": histogram([r.get("cost_usd") for r in rows]),
+            "time": histogram([r.get("elapsed_s") for r in rows]), "statuses": statuses}
 
 
 def _base(found: Found) -> Path:
@@ -189,7 +192,9 @@ def build_index(found: Found) -> dict:
     single = rows[0]["key"] if len(rows) == 1 and rows[0].get("trajectory") and not episodes else None
     return {"title": str(found.root), "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "signature": signature(found), "rows": rows, "plots": batch_plots(rows),
-            "rl": {"rows": episodes, "plots": rl_plots(episodes)}, "single": single}
+            "rl": {"rows": episodes, "plots": {**rl_plots(episodes),
+                                                "reward_histogram": histogram([r.get("reward") for r in episodes])}},
+            "single": single}
 
 
 #: full views of the trajectories opened last (a view holds every event: a few are kept, not the whole batch)

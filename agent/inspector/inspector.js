@@ -189,19 +189,13 @@ function batchPage() {
     const rp = DATA.rl.plots || {};
     out.append(h("h2", {}, "RL episodes"), h("div", {class: "cards"}, card("episodes", rl.length, "n-episodes"),
       card("mean reward", fmt(rp.mean_reward, 3)), card("null rewards", Object.values(rp.null_reasons || {}).reduce((a, b) => a + b, 0))));
-    out.append(h("div", {class: "plots"}, histPlot("rewards", histogram(rp.rewards || []), "", "rewards"),
+    out.append(h("div", {class: "plots"}, histPlot("rewards", rp.reward_histogram || {}, "", "rewards"),
       barPlot("statuses", Object.entries(rp.statuses || {}).map(([k, v], i) => ({label: k, value: v, color: COLORS[i % COLORS.length]})), {id: "rl-statuses"}),
       barPlot("why the reward is null", Object.entries(rp.null_reasons || {}).map(([k, v]) => ({label: k, value: v, color: COLORS[3]})), {id: "null-reasons", left: 170, empty: "every episode has a reward"})));
     out.append(sortableTable("rl-table", rl, RL_COLS, (r) => "#/rl/" + encodeURIComponent(r.key)));
   }
   if (!rows.length && !rl.length) out.append(h("p", {class: "muted"}, "nothing here yet: no trajectory, prediction or RL row (the page follows the folder)"));
   return out;
-}
-function histogram(values, bins = 10) {
-  if (!values.length) return {edges: [], counts: []};
-  const lo = Math.min(...values), hi = Math.max(...values), w = (hi - lo) / bins || 1, counts = new Array(bins).fill(0);
-  values.forEach((v) => counts[Math.min(bins - 1, Math.floor((v - lo) / w))]++);
-  return {edges: [...Array(bins + 1).keys()].map((i) => lo + i * w), counts};
 }
 
 // -- one trajectory --------------------------------------------------------------------------------------------------

@@ -96,13 +96,14 @@ def dataset_rows(files: list[Path], base: Path) -> list[dict]:
 
 
 def rl_plots(rows: list[dict]) -> dict:
-    """Rewards (null ones counted apart, with their reasons) and statuses."""
+    """The mean reward (null ones counted apart, with their reasons) and statuses."""
     rewards = [r["reward"] for r in rows if isinstance(r.get("reward"), int | float)]
     reasons: dict[str, int] = {}
     statuses: dict[str, int] = {}
     for r in rows:
-        statuses[str(r.get("status"))] = statuses.get(str(r.get("status")), 0) + 1
+        status, reason = str(r.get("status") or "(no status)"), str(r.get("reason") or "no reason given")
+        statuses[status] = statuses.get(status, 0) + 1
         if r.get("reward") is None:
-            reasons[str(r.get("reason") or "no reason given")] = reasons.get(str(r.get("reason") or "no reason given"), 0) + 1
-    return {"rewards": rewards, "null_reasons": reasons, "statuses": statuses,
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return {"null_reasons": reasons, "statuses": statuses,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None}
