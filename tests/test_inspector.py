@@ -72,6 +72,8 @@ def test_the_demo_through_its_printed_command_buggy_line_first_candidates_verdic
         assert "#/t/" in page.url and page.url.endswith("/timeline")  # one trajectory opens directly
         assert page.inner_text("#status") == data["status"]
         assert page.inner_text("#c-steps .v") == str(data["steps"])
+        glance = page.inner_text("#glance")  # the buggy line, the candidates and the verdict at once
+        assert f"gold line ranks #1 ({MODULE}:10)" in glance and f"{len(data['candidates'])} candidate(s)" in glance
         nodes = [e for e in data["events"] if e["kind"] == "node"]
         assert page.locator("#steps details.step").count() == len(nodes)
         assert page.locator("#gantt rect").count() == len(nodes)

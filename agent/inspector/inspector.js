@@ -215,11 +215,21 @@ async function trajectoryPage(key, view) {
       card("wall", secs(hd.elapsed_s)), card("edited lines", `${fmt(el.total)} (+${fmt(el.added)} −${fmt(el.removed)})`, "c-edited"),
       card("events", t.events.length, "c-events"),
       card("low-confidence tokens", lowInfo.tokens ? `${lowInfo.low} of ${lowInfo.tokens}` : "no logprobs", "c-low")),
-    hd.detail ? h("p", {class: "muted"}, hd.detail) : null,
+    hd.detail ? h("p", {class: "muted"}, hd.detail) : null, glance(t, key),
     h("div", {class: "tabs"}, VIEWS.map(([v, label]) => h("a", {href: tHref(key, v), id: "tab-" + v, class: v === view ? "on" : ""}, label))));
   const draw = {timeline: timelineView, messages: messagesView, localization: localizationView, search: searchView, verdict: verdictView}[view] || timelineView;
   out.append(h("div", {id: "view-" + view, class: "view"}, draw(t)));
   return out;
+}
+function glance(t, key) { // the three answers a reader comes for, each linking to its tab
+  const L = t.localization, v = t.verdict, top = L.ranking[0], cands = t.search.flatMap((g) => g.nodes);
+  const kept = cands.filter((c) => c.chosen), at = (pl) => pl ? `${pl[0]}:${pl[1]}` : "–";
+  const loc = L.gold_known ? (L.gold_rank ? `gold line ranks #${L.gold_rank} (${at(L.ranking[L.gold_rank - 1])})` : "no gold line among the suspects") : `top suspect ${at(top)} (gold unknown)`;
+  const final = v.final_run === null || v.final_run === undefined ? null : v.test_runs[v.final_run];
+  const verdict = v.report ? (v.resolved ? "resolved" : (v.outcome || "unresolved")) : final ? `tests on the final patch ${final.ok ? "PASS" : "FAIL"} (${fmt(final.passed)} passed, ${fmt(final.failed)} failed)` : "not graded";
+  return h("p", {id: "glance"}, h("a", {href: tHref(key, "localization")}, "localization"), `: ${loc} · `,
+    h("a", {href: tHref(key, "search")}, "search"), `: ${cands.length} candidate(s), ${kept.length ? "kept " + kept.map((c) => c.id).join(" → ") : "none kept"} · `,
+    h("a", {href: tHref(key, "verdict")}, "verdict"), `: ${verdict}, ${fmt((v.edited_lines || {}).total)} edited line(s)`);
 }
 function confidence(events) {
   let tokens = 0, low = 0;
