@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from environments.docker_runtime import DockerRuntime
-from environments.runtime import CommandResult, RuntimeBroken, RuntimeFailure
+from environments.runtime import BrokenFromInside, CommandResult, RuntimeBroken, RuntimeFailure
 
 #: the container's own processes at rest: docker-init, the shell that started the server, the server
 REST_PROCESSES = 3
@@ -184,7 +184,7 @@ def kill_the_server(rt: DockerRuntime) -> tuple[str, bool, str]:
         alive = rt.run("echo alive").output.strip() == "alive"
         return f"{_status(result)}; server alive: {alive}", alive, "the kill was refused (commands run as another uid)"
     except RuntimeBroken as exc:
-        return f"RuntimeBroken: {str(exc).split(': ', 1)[-1][:90]}", "killed from inside" in str(exc), \
+        return f"{type(exc).__name__}: {str(exc).split(': ', 1)[-1][:90]}", isinstance(exc, BrokenFromInside), \
             "a DoS on its own box only: the episode ends with this status and reset() recreates the container"
 
 

@@ -44,7 +44,7 @@ import requests
 
 from environments import engine, sandbox
 from environments.labels import container_labels
-from environments.runtime import RuntimeBroken, RuntimeFailure
+from environments.runtime import BrokenFromInside, RuntimeBroken, RuntimeFailure
 from environments.sandbox import CTL_DIR, SERVER_HOME, DiskMeter
 from environments.worktree import GitWorktreeRuntime, OutputBuffer, RawResult
 
@@ -318,7 +318,9 @@ class DockerRuntime(GitWorktreeRuntime):
         if status != "running":
             return self._broken(f"it is {status} (killed from outside or out of memory) while {doing}")
         if self.channel == "server" and self._server_died():
-            return self._broken(f"its command server was killed from inside the container while {doing}")
+            name = self.container.short_id if self.container is not None else "(none)"
+            return BrokenFromInside(f"container {name} of image {self.image} is not usable: its command server was "
+                                    f"killed from inside the container while {doing}. Call reset() to recreate it.")
         return RuntimeFailure(f"lost contact with the container while {doing} ({exc})")
 
     def _server_died(self, within_s: float = 2.0) -> bool:

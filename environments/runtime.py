@@ -26,6 +26,11 @@ class RuntimeBroken(RuntimeFailure):
     """The runtime can no longer run commands (e.g. its container was killed); `reset()` recovers."""
 
 
+class BrokenFromInside(RuntimeBroken):
+    """A command broke its own box (it killed the command server): the model's doing, not the infrastructure's,
+    so an episode can score it as a failure rather than drop it; `reset()` recovers."""
+
+
 @dataclass
 class RuntimeSettings:
     """How big the box is: one config section (`runtime.*`), the same for the agent's container and the grader's,
