@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent.config import Config, load_config
-from agent.runner import RunResult
+from agent.runner import RunInterrupted, RunResult
 from agent.solve import Solved, layout_for, load_local_tasks, solve_instance, solve_local
 from agent.trajectory import load_trajectory, render
 from environments.errors import UsageError, is_infrastructure
@@ -109,9 +109,10 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             with lock:
                 summary["failed"] += 1
                 summary["infrastructure"] += int(infra)
-            kind = "infrastructure failure" if infra else "error"
-            console.print(f"{item_id}: {kind}: {type(exc).__name__}: {' '.join(str(exc).split())}", style="red",
-                          markup=False, highlight=False)
+            text = " ".join(str(exc).split())
+            if not isinstance(exc, RunInterrupted):  # its message names the task and the failure already
+                text = f"{item_id}: {'infrastructure failure' if infra else 'error'}: {type(exc).__name__}: {text}"
+            console.print(text, style="red", markup=False, highlight=False)
             return
         with lock:
             summary["submitted" if solved.result.submitted else "other"] += 1
