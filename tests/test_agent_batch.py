@@ -20,9 +20,10 @@ N_TASKS = 6
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _make_tasks(tmp_path: Path) -> Path:
+def _make_tasks(tmp_path: Path, n: int = N_TASKS) -> Path:
+    """`n` small real git repositories, task-0..task-(n-1), each with a one-line bug, as a `batch --tasks` file."""
     rows = []
-    for i in range(N_TASKS):
+    for i in range(n):
         repo = tmp_path / f"repo{i}"
         (repo / "pkg").mkdir(parents=True)
         (repo / "pkg" / "limits.py").write_text(f"def limit_{i}():\n    return {i} - 1\n")

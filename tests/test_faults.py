@@ -29,6 +29,7 @@ import docker
 import pytest
 from fake_llm_server import FakeScriptedLLMServer, delay, drip, garbage_reply, http_error, text, tool_call
 from tally import OutcomeTally, print_tallies
+from test_agent_batch import _make_tasks
 from test_agent_docker import gold_edits
 
 from agent.cli import main
@@ -59,21 +60,6 @@ def _model_args(fake: FakeScriptedLLMServer, timeout_s: float = 30.0) -> list[st
 
 
 # -- local tasks for batch: real git repositories, LocalRuntime ------------------------------------------------------
-def _tasks(tmp_path: Path, n: int) -> Path:
-    rows = []
-    for i in range(n):
-        repo = tmp_path / f"repo{i}"
-        (repo / "pkg").mkdir(parents=True)
-        (repo / "pkg" / "limits.py").write_text(f"def limit_{i}():\n    return {i} - 1\n")
-        subprocess.run("git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm base",
-                       shell=True, cwd=repo, check=True)
-        rows.append({"instance_id": f"task-{i}", "repo_path": str(repo),
-                     "problem_statement": f"task-{i}: `limit_{i}` in pkg/limits.py returns {i} - 1; it must return {i}."})
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def _task_of(request: dict) -> int:
     first_user = next(m["content"] for m in request["messages"] if m["role"] == "user")
     return int(first_user.split("task-")[1].split(":")[0])
@@ -107,7 +93,7 @@ ENDPOINT_FAULTS = {
 def test_batch_endpoint_fault(fault, tmp_path, capsys):
     """One task meets the fault, one does not: the faulted task is an infrastructure failure with no prediction
     (never an empty-patch 'model' row), the other's row stays, and the rerun resumes the faulted one."""
-    tasks, out = _tasks(tmp_path, 2), tmp_path / "out"
+    tasks, out = _make_tasks(tmp_path, 2), tmp_path / "out"
     preds = out / "tasks" / "fake" / "preds.jsonl"
     argv = ["batch", "--tasks", str(tasks), "--output", str(out), "--no-progress"]
     with FakeScriptedLLMServer(default=_solver({0: ENDPOINT_FAULTS[fault]()})) as fake:
@@ -173,6 +159,27 @@ def test_run_container_killed_mid_command(tmp_path, capsys, docker_client):
     trajectory = json.loads((run_dir / "trajectories" / INSTANCE / "trajectory.json").read_text())
     assert trajectory["resumed"] is True
     assert any("sleep 4" in json.dumps(m) for m in trajectory["messages"])  # the earlier steps are kept
+
+
+@pytest.mark.docker
+def test_run_endpoint_fault(tmp_path, capsys, docker_client):
+    """The endpoint fails (503) in the middle of `run`: one line, exit 2, no prediction; run again, it resumes
+    from the failed model turn, with the edit made before the failure still in the tree, and resolves."""
+    instance = load_instances(ids=[INSTANCE])[0]
+    (edit,) = [tool_call("str_replace_editor", e) for e in gold_edits(instance.patch)]
+    script = [edit, http_error(503, "upstream overloaded"), tool_call("submit", {}), tool_call("submit", {})]
+    out = tmp_path / "out"
+    run_dir = out / "swebench_verified_dev" / "fake"
+    with FakeScriptedLLMServer(script) as fake:
+        assert main(["run", INSTANCE, "--output", str(out), *_model_args(fake)]) == 2
+        err = capsys.readouterr().err
+        (line,) = [line for line in err.splitlines() if line.strip()]
+        assert line.startswith("pinpoint run: ") and "infrastructure failure (llm_error)" in line, err
+        assert not (run_dir / "preds.jsonl").exists()
+        assert main(["run", INSTANCE, "--evaluate", "--output", str(out), *_model_args(fake)]) == 0
+    (row,) = _preds(run_dir / "preds.jsonl")
+    assert row["outcome"] == "resolved" and row["edited_lines"] == 3
+    assert json.loads((run_dir / "trajectories" / INSTANCE / "trajectory.json").read_text())["resumed"] is True
 
 
 @pytest.mark.docker
@@ -370,11 +377,11 @@ def _fill(folder: Path, leave: int) -> Path:
 def test_batch_disk_full(tmp_path, capsys):
     """No space for the runs folder: the batch stops the task with one clear line (infrastructure), leaves
     every file whole, and the rerun once space is back finishes it."""
-    tasks = _tasks(tmp_path, 2)
+    tasks = _make_tasks(tmp_path, 2)
     with small_disk(tmp_path / "runs", "2m") as runs, FakeScriptedLLMServer(default=_solver()) as fake:
         argv = ["batch", "--tasks", str(tasks), "--output", str(runs), "--no-progress", "--workers", "1",
                 *_model_args(fake)]
-        one = _tasks(tmp_path / "one", 1)
+        one = _make_tasks(tmp_path / "one", 1)
         assert main([*argv[:2], str(one), *argv[3:]]) == 0  # task-0 done while there is space
         filler = _fill(runs, leave=4096)
         code = main(argv)
@@ -421,7 +428,7 @@ def _hooked(target: str, nth: int, *argv: str, env: dict | None = None) -> subpr
 def test_batch_killed_mid_write(target, nth, tmp_path):
     """SIGKILL half-way through writing preds.jsonl or a trajectory: every file still parses, and the rerun
     finishes every task exactly once."""
-    tasks, out = _tasks(tmp_path, 3), tmp_path / "out"
+    tasks, out = _make_tasks(tmp_path, 3), tmp_path / "out"
     preds = out / "tasks" / "fake" / "preds.jsonl"
     with FakeScriptedLLMServer(default=_solver()) as fake:
         argv = ["batch", "--tasks", str(tasks), "--output", str(out), "--no-progress", *_model_args(fake)]
