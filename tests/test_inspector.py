@@ -175,6 +175,11 @@ def test_a_bad_path_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["inspect", str(tmp_path / "empty")]) == 2
     assert "holds no trajectory.json" in capsys.readouterr().err
+    from agent.demo import DATA  # a JSON file that is not a trajectory
+
+    assert main(["inspect", str(DATA), "--export", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a pinpoint trajectory" in err and len(err.splitlines()) == 1 and not (tmp_path / "x.html").exists()
 
 
 def test_ten_thousand_events_draw_a_page_at_a_time_and_the_benchmark_prints_both(demo_run, browser, tmp_path):

@@ -21,7 +21,7 @@ from agent.inspector.folder import (
 )
 from agent.inspector.model import ranked_lines, trajectory_view
 from agent.inspector.sources import demo_bug, gold_lines_of, swebench_instance
-from agent.trajectory import FORMAT
+from agent.trajectory import FORMAT, load_trajectory
 from environments.errors import UsageError
 
 
@@ -254,8 +254,13 @@ def export_data(path: str | Path) -> dict:
 def check_path(path: str | Path) -> Found:
     """`find`, with the one-line error the command prints for a path that is not a run."""
     try:
-        return find(path)
+        found = find(path)
+        if found.root.is_file() and found.trajectories:
+            load_trajectory(found.root)  # one file named on the command line: say what is wrong with it
     except UsageError:
         raise
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return found
