@@ -69,9 +69,11 @@ def test_a_torn_last_line_is_skipped_and_not_glued_to_the_next(tmp_path, capsys)
     append_prediction(path, "a", "", "m")
     with open(path, "a") as handle:
         handle.write('{"instance_id": "b", "model_pa')  # a crash mid-write
-    append_prediction(path, "c", "", "m")
-    assert set(read_predictions(path)) == {"a", "c"}
+    assert set(read_predictions(path)) == {"a"}  # read back: skipped, said so
     assert "unreadable prediction line" in capsys.readouterr().err
+    append_prediction(path, "c", "", "m")  # the next append drops it: every line parses again
+    assert [json.loads(line)["instance_id"] for line in path.read_text().splitlines()] == ["a", "c"]
+    assert "dropping a torn last line" in capsys.readouterr().err
 
 
 def test_show_rejects_non_trajectories_and_renders_real_ones(tmp_path):
