@@ -156,3 +156,13 @@ def test_prepare_and_rollout_commands_check_their_input(tmp_path: Path, demo_tas
     err = capsys.readouterr().err
     assert "--workers" in err and "expected scripted-gold" in err and "Traceback" not in err
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_localization_credits_the_gold_lines_of_the_final_diff(demo_task: RlTask) -> None:
+    gold = GoldPolicy(demo_task.gold_patch)
+    with RepairEnv(EnvSettings(reward="localization")) as env:
+        env.reset(options={"task": demo_task})
+        edit_reward = env.step(gold.act([])[0])[1]
+        submit = env.step(gold.act([])[0])
+    assert edit_reward == pytest.approx(0.5)  # the gold file
+    assert submit[1] == pytest.approx(0.5) and submit[2]  # its gold lines, edited in the submitted diff

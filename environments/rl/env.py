@@ -187,12 +187,12 @@ class RepairEnv(gymnasium.Env):
             arguments = {**arguments, "timeout": min(arguments.get("timeout") or DEFAULT_TIMEOUT_S, cap)}
         result = call_tool(episode.tools, name, arguments, episode.runtime, self.settings.max_output_chars)
         arguments = parse_arguments(arguments)[0]
-        if not result.error and episode.progress.known:
-            if name == "view" and isinstance(arguments.get("path"), str):
-                path = arguments["path"].removeprefix(episode.runtime.workdir)
+        if not result.error and episode.progress.known and isinstance(arguments.get("path"), str):
+            path = arguments["path"].removeprefix(episode.runtime.workdir)
+            if name == "view":
                 episode.progress.viewed(path, arguments.get("view_range"))
-            elif name == "str_replace_editor" and arguments.get("command") != "view":
-                episode.progress.edited(episode.runtime.diff())
+            elif name == "str_replace_editor":  # file credit now; the lines it edits count from the final diff
+                episode.progress.viewed(path, None)
         return result.output, result.error
 
     def _finish(self, episode: Episode, observation: str, *, terminated: bool, info: dict,
@@ -202,6 +202,7 @@ class RepairEnv(gymnasium.Env):
         except RuntimeFailure as exc:
             return self._infra(episode, f"reading the patch: {exc}", info, started)
         episode.done = True
+        episode.progress.edited(patch)
         dense = episode.progress.step_reward() if self.settings.reward == "localization" else None
         self._end_lease()
         info.update(patch=patch, edited_lines=edited_lines(patch)["total"])

@@ -9,8 +9,9 @@
   resolves the task needs nothing more), so precision is what the λ term rewards then.
 - `localization`: dense, from the gold patch's lines, as potential-based shaping: the potential
   Φ = ½·(share of gold files the episode viewed or edited) + ½·(share of gold lines inside a focused view, a
-  `view_range` of at most `FOCUSED_VIEW_LINES` lines, or inside a hunk the episode's diff edits); each step's reward
-  is the change of Φ, so an episode's return is its final Φ in [0, 1] and viewing whole files earns file credit only.
+  `view_range` of at most `FOCUSED_VIEW_LINES` lines, or inside a hunk of the diff the episode ends with, counted at
+  its last step: an edit made and undone earns nothing, and no step pays for a diff); each step's reward is the change
+  of Φ, so an episode's return is its final Φ in [0, 1] and viewing whole files earns file credit only.
 
 An infrastructure failure (the image cannot be built, the container died, grading timed out) is never a reward: it
 is `None`, and the reason travels in `info["infra_failure"]`.
@@ -69,7 +70,7 @@ class LocalizationProgress:
                 self._credit(path, start - 0.5, end + 0.5)
 
     def edited(self, patch: str) -> None:
-        """The working tree's diff after an edit: gold lines inside an edited hunk count as found."""
+        """The episode's final diff: gold lines inside an edited hunk count as found."""
         for path, spans in gold_locations(patch).items():
             if path in self._gold:
                 self.files_seen.add(path)
