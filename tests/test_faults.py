@@ -358,7 +358,10 @@ def test_eval_engine_lost_mid_eval(tmp_path, monkeypatch, capsys, docker_client)
 def small_disk(folder: Path, size: str):
     """A tmpfs of `size` mounted on `folder` (the test runs as root), unmounted afterwards whatever happens."""
     folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         yield folder
     finally:

@@ -32,7 +32,7 @@ from swebench_eval.datasets import load_instances
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = "psf__requests-1142"
 TALLY = Tally("bad input rejected cleanly")
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
