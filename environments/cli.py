@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from environments.errors import PinpointError, UsageError
+from environments.errors import PinpointError, UsageError, is_storage_failure
 
 
 def run_guarded(args: argparse.Namespace) -> int:
@@ -22,18 +22,11 @@ def run_guarded(args: argparse.Namespace) -> int:
         print(f"pinpoint {command_name(args)}: {_one_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # a full or failing disk is the machine's trouble, not a bug: say so and keep going
-        if not _storage_failure(exc):
+        if not is_storage_failure(exc):
             raise
         print(f"pinpoint {command_name(args)}: {_one_line(exc)} (free space or fix the disk, then rerun the same "
               "command: results already written are kept and it resumes)", file=sys.stderr)
         return 2
-
-
-def _storage_failure(exc: BaseException) -> bool:
-    """A disk that is full, over quota, read-only or failing (OSError, or SQLite's own 'disk is full')."""
-    from environments.errors import is_infrastructure
-
-    return (isinstance(exc, OSError) or "disk" in str(exc)) and is_infrastructure(exc)
 
 
 def command_name(args: argparse.Namespace) -> str:
@@ -43,7 +36,8 @@ def command_name(args: argparse.Namespace) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The message of `exc` on one line, prefixed with its kind where that says more than the text (SpecError, BuildError)."""
+    """The message of `exc` on one line, prefixed with its kind where that says more than the text (SpecError,
+    BuildError)."""
     text = " ".join(str(exc).split()) or type(exc).__name__  # one line: a YAML or apply log spans several
     kind = type(exc).__name__
     return text if kind in ("ValueError", "UsageError", "ConfigError", "DatasetError") else f"{kind}: {text}"

@@ -8,6 +8,8 @@ else that escapes a command is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import errno
+
 
 class PinpointError(Exception):
     """An expected failure with a message written for the user."""
@@ -19,8 +21,13 @@ class UsageError(PinpointError, ValueError):
 
 #: packages whose exceptions mean the machinery failed (the engine's client and its HTTP stack)
 _INFRA_MODULES = ("docker.", "requests.", "urllib3.", "httpx.", "httpcore.")
-#: OSError numbers of a machine in trouble: disk full, quota, read-only or failing storage
-_INFRA_ERRNOS = frozenset({28, 122, 30, 5})  # ENOSPC, EDQUOT, EROFS, EIO
+#: OSError numbers of a machine in trouble: disk full, over quota, read-only or failing storage
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """A disk that is full, over quota, read-only or failing (an OSError, or SQLite's own 'disk is full')."""
+    return (isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS) or "disk is full" in str(exc)
 
 
 def is_infrastructure(exc: BaseException) -> bool:
@@ -28,6 +35,4 @@ def is_infrastructure(exc: BaseException) -> bool:
     input or a bug: what a batch reports apart and a rerun retries."""
     if isinstance(exc, PinpointError):
         return not isinstance(exc, ValueError)
-    if isinstance(exc, OSError) and exc.errno in _INFRA_ERRNOS:
-        return True
-    return type(exc).__module__.startswith(_INFRA_MODULES) or "disk is full" in str(exc)
+    return is_storage_failure(exc) or type(exc).__module__.startswith(_INFRA_MODULES)
