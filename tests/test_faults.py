@@ -331,6 +331,7 @@ def test_eval_engine_lost_mid_eval(tmp_path, monkeypatch, capsys, docker_client)
 
     ids = ["psf__requests-1142", "psf__requests-2931"]  # both resolve with their gold patches
     proxy = EngineProxy(tmp_path / "engine.sock", cut_on=b"DELETE /").start()
+    real_engine = docker.DockerClient(base_url=f"unix://{ENGINE_SOCKET}")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{proxy.path}")
     engine.client.cache_clear()
     argv = ["eval", "--gold", "--instances", *ids, "--runs-dir", str(tmp_path / "runs"), "--run-id", "t"]
@@ -340,7 +341,7 @@ def test_eval_engine_lost_mid_eval(tmp_path, monkeypatch, capsys, docker_client)
         assert summary["resolved_instances"] == 1 and summary["infra_failure_instances"] == 1, summary["ids"]
         assert summary["unresolved_instances"] == 0
         (graded,) = summary["ids"]["resolved"]
-        _remove_containers_of_label(RUN_ID, docker.DockerClient(base_url=f"unix://{ENGINE_SOCKET}"))  # left by the cut
+        _remove_containers_of_label(RUN_ID, real_engine)  # what the lost engine could not remove
         engine.client.cache_clear()
         proxy.start()
         capsys.readouterr()
@@ -351,6 +352,7 @@ def test_eval_engine_lost_mid_eval(tmp_path, monkeypatch, capsys, docker_client)
     finally:
         proxy.cut()
         engine.client.cache_clear()
+        _remove_containers_of_label(RUN_ID, real_engine)
 
 
 # -- the runs folder's disk full --------------------------------------------------------------------------------------
