@@ -80,10 +80,12 @@ def delay(seconds: float, then: Step | str | None = None) -> Step:
     return Step("delay", seconds=seconds, then=_as_step(then) if then is not None else text(""))
 
 
-def drip(seconds_per_byte: float, then: Step | str | None = None) -> Step:
-    """Answer `then`, but send its body one byte every `seconds_per_byte` (a stalled proxy, a dying server): each
-    read gets a byte well within any read timeout, so only a deadline on the whole reply stops the wait."""
-    return Step("drip", seconds=seconds_per_byte, then=_as_step(then) if then is not None else text(""))
+def drip(seconds_per_byte: float, then: Step | str | None = None, headers: bool = False) -> Step:
+    """Answer `then`, but send its body (with `headers`, its status line and headers too) one byte every
+    `seconds_per_byte` (a stalled proxy, a dying server): each read gets a byte well within any read timeout, so
+    only a deadline on the whole reply stops the wait."""
+    return Step("drip", seconds=seconds_per_byte, then=_as_step(then) if then is not None else text(""),
+                message="headers" if headers else "")
 
 
 def http_error(status: int, message: str = "scripted failure", retry_after: float | None = None) -> Step:
@@ -286,20 +288,20 @@ def _handler_for(server: FakeScriptedLLMServer) -> type[BaseHTTPRequestHandler]:
                 server.headers.append({k.lower(): v for k, v in self.headers.items()})
             step = server._next_step(request)
             if step.kind == "drip":
-                self._drip(*server._reply(step.then or text(""), request), step.seconds)
+                self._drip(*server._reply(step.then or text(""), request), step.seconds, step.message == "headers")
             else:
                 self._send(*server._reply(step, request))
 
-        def _drip(self, status: int, headers: dict[str, str], body: bytes, seconds: float) -> None:
+        def _drip(self, status: int, headers: dict[str, str], body: bytes, seconds: float, head_too: bool) -> None:
+            head = (f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode()
             try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                for i in range(len(body)):
+                if not head_too:
+                    self.wfile.write(head)
+                for byte in head + body if head_too else body:
                     if server._closing.wait(seconds):
                         return
-                    self.wfile.write(body[i:i + 1])
+                    self.wfile.write(bytes([byte]))
                     self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up, as it should

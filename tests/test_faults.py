@@ -86,6 +86,7 @@ ENDPOINT_FAULTS = {
     "timeout": lambda: delay(8.0, then=text("too late")),
     "garbage": lambda: garbage_reply("<html>502 Bad Gateway</html>"),
     "drip": lambda: drip(0.25, then=text("a reply sent one byte at a time " * 4)),
+    "drip_headers": lambda: drip(0.25, then=text("headers sent one byte at a time"), headers=True),
 }
 
 
