@@ -166,3 +166,16 @@ def test_localization_credits_the_gold_lines_of_the_final_diff(demo_task: RlTask
         submit = env.step(gold.act([])[0])
     assert edit_reward == pytest.approx(0.5)  # the gold file
     assert submit[1] == pytest.approx(0.5) and submit[2]  # its gold lines, edited in the submitted diff
+
+
+@pytest.mark.docker
+def test_a_command_that_kills_its_own_box_is_the_models_failure(requests_task: RlTask) -> None:
+    from environments.adversarial import KILL_SERVER
+
+    with RepairEnv(EnvSettings(reward="unit")) as env:
+        env.reset(options={"task": requests_task})
+        obs, reward, terminated, _, info = env.step({"name": "run_tests", "arguments": {"command": KILL_SERVER}})
+        assert (reward, terminated, info["outcome"]) == (0.0, True, "broke_its_box")
+        assert "infra_failure" not in info and "killed from inside" in info["model_failure"]
+        reward, info, _ = _episode(env, requests_task, [NoopPolicy().act([])[0]])
+        assert (reward, info["outcome"]) == (0.0, "empty_patch")

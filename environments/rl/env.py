@@ -15,7 +15,8 @@ memory, no network), leased from a `WarmPool` and given back, reset, when the ep
 
 An infrastructure failure (the box cannot be built or started, the container dies, grading fails) ends the episode
 with reward `None` and `info["infra_failure"]` saying why; at `reset()` it raises `InfraFailure`. The next `reset()`
-works on a fresh container.
+works on a fresh container. A command that breaks its own box (it kills the command server: `BrokenFromInside`) is
+the model's doing: the episode ends with reward 0.0 and `info["model_failure"]`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from environments.rl.grading import Graded, grade_unit
 from environments.rl.pool import PoolExhausted, RuntimeFactory, WarmPool
 from environments.rl.rewards import PRECISE_LAMBDA, LocalizationProgress, RewardKind, precise_reward
 from environments.rl.tasks import RlTask, task_from
-from environments.runtime import Runtime, RuntimeFailure, RuntimeSettings
+from environments.runtime import BrokenFromInside, Runtime, RuntimeFailure, RuntimeSettings
 from swebench_eval.metrics import edit_metrics, edited_lines
 from swebench_eval.sources import RepoSources
 from tools.base import DEFAULT_MAX_OUTPUT_CHARS, Tool
@@ -158,6 +159,8 @@ class RepairEnv(gymnasium.Env):
         else:
             try:
                 observation, info["error"] = self._act(episode, *call)
+            except BrokenFromInside as exc:  # the model's command killed its own box: a failure, not a dropped sample
+                return self._broke_its_box(episode, str(exc), info, started)
             except RuntimeFailure as exc:
                 return self._infra(episode, f"{type(exc).__name__}: {exc}", info, started)
         elapsed = time.monotonic() - episode.started
@@ -231,6 +234,13 @@ class RepairEnv(gymnasium.Env):
         self._end_lease(broken=True)
         info.update(infra_failure=reason, env_s=time.monotonic() - started)
         return f"[pinpoint: infrastructure failure: {reason}]", None, True, False, info
+
+    def _broke_its_box(self, episode: Episode, reason: str, info: dict,
+                       started: float) -> tuple[str, float, bool, bool, dict]:
+        episode.done = True
+        self._end_lease(broken=True)
+        info.update(outcome="broke_its_box", unit=0.0, model_failure=reason, patch="", env_s=time.monotonic() - started)
+        return f"[pinpoint: the episode ended: {reason}]", 0.0, True, False, info
 
     def _end_lease(self, broken: bool = False) -> None:
         """Give the episode's container back to the pool (reset there in the background)."""
