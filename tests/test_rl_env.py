@@ -137,8 +137,7 @@ def test_gold_policy_resolves_a_real_dev_row_and_a_killed_container_is_not_a_zer
             requests_task.gold_patch)] for _ in range(4)])
         assert (reward, info["outcome"]) == (1.0, "resolved")
         grader_key = env._boxes[requests_task.task_id].grader_key
-        with env.pool._cond:  # the grader's box went back to the pool (reset in the background), not closed
-            assert env.pool._cond.wait_for(lambda: env.pool._idle[grader_key], timeout=120)
+        assert env.pool.wait_idle(grader_key, timeout=120)  # the grader's box went back to the pool, not closed
 
 
 def test_prepare_and_rollout_commands_check_their_input(tmp_path: Path, demo_task: RlTask, capsys) -> None:

@@ -37,8 +37,7 @@ def test_a_dead_container_is_replaced_and_never_handed_out(factory) -> None:
         pool.warm("requests", factory)
         runtime = pool.acquire("requests", factory)
         pool.release(runtime)
-        with pool._cond:  # wait for the background reset, then kill the idle container from outside
-            pool._cond.wait_for(lambda: pool._idle["requests"], timeout=60)
+        assert pool.wait_idle("requests")  # the background reset is done; now kill the idle box from outside
         runtime.container.kill()
         handed = pool.acquire("requests", factory)
         assert handed is not runtime

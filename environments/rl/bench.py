@@ -41,8 +41,7 @@ def pool_figures(task: RlTask, repeats: int) -> dict[str, Any]:
             runtime = pool.acquire(box.key, box.factory)
             runtime.run("echo dirty > /tmp/x && touch setup.py", timeout=30)
             pool.release(runtime)
-            while pool.idle(box.key) < 1:
-                time.sleep(0.001)
+            pool.wait_idle(box.key)
         handout, reset = pool.stats.handout_s[:], pool.stats.reset_s[:]
     fresh = []
     for _ in range(max(3, repeats // 4)):

@@ -226,6 +226,11 @@ class WarmPool:
         with self._cond:
             return len(self._idle[key])
 
+    def wait_idle(self, key: str, count: int = 1, timeout: float = 60.0) -> bool:
+        """Block until `count` runtimes of `key` are idle (reset and ready); False at the timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._idle[key]) >= count, timeout=timeout)
+
     def close(self) -> None:
         """Close every idle runtime now and every leased one when it comes back. Safe twice."""
         with self._cond:
