@@ -19,16 +19,18 @@ INSTANCE = "psf__requests-1142"
 F2P = ["test_requests.py::RequestsTestCase::test_no_content_length"]
 #: the package sleeps when the tests import it, so the run outlasts a short timeout on any machine (the suite alone
 #: can finish in under 3 s on a fast one); in the package, not a conftest.py, which the grader would put back
-SLEEPING_IMPORT = """diff --git a/requests/__init__.py b/requests/__init__.py
---- a/requests/__init__.py
-+++ b/requests/__init__.py
-@@ -69,3 +69,5 @@
-             pass
- 
- logging.getLogger(__name__).addHandler(NullHandler())
-+import time
-+time.sleep(600)
-"""
+SLEEPING_IMPORT = "\n".join([
+    "diff --git a/requests/__init__.py b/requests/__init__.py",
+    "--- a/requests/__init__.py",
+    "+++ b/requests/__init__.py",
+    "@@ -69,3 +69,5 @@",
+    "             pass",
+    " ",  # a blank context line
+    " logging.getLogger(__name__).addHandler(NullHandler())",
+    "+import time",
+    "+time.sleep(600)",
+    "",
+])
 
 
 def _eval(tmp_path, capsys, *flags: str) -> tuple[dict, str]:
