@@ -36,6 +36,11 @@ def _ms(fn: Callable[[], object]) -> tuple[float, object]:
     return (time.perf_counter() - start) * 1000.0, value
 
 
+def ms_percentile(seconds: list[float], q: float, digits: int = 1) -> float:
+    """The q-th percentile (0-100) of durations given in seconds, in milliseconds; NaN when there are none."""
+    return round(float(np.percentile(seconds, q)) * 1000.0, digits) if seconds else float("nan")
+
+
 def _p(values: list[float], q: float) -> float:
     return round(float(np.percentile(values, q)), 1) if values else float("nan")
 

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import tempfile
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,28 @@ def _alive(pid: int) -> bool:
 def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
     """`data` as JSON (unknown types as their str), written with `write_atomic`."""
     write_atomic(path, json.dumps(data, indent=indent, default=str))
+
+
+def json_objects(path: Path) -> list[dict]:
+    """The JSON objects of a JSONL file that is appended to while it is read (a rollout's dataset): a line cut by
+    a killed writer, or one that is not an object, is skipped. Lines end at "\\n" only (U+2028 may sit in a string)."""
+    rows = []
+    for line in Path(path).read_text(errors="replace").split("\n"):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def last_per_key(rows: list[dict], key: Callable[[int, dict], Hashable]) -> list[dict]:
+    """The last row of each `key(index, row)`, in the order those last rows were written (an appended retry
+    replaces the earlier row of its key)."""
+    latest: dict[Hashable, dict] = {}
+    for index, row in enumerate(rows):
+        k = key(index, row)
+        latest.pop(k, None)
+        latest[k] = row
+    return list(latest.values())

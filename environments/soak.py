@@ -16,22 +16,13 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from environments import engine
+from environments.bench import ms_percentile
 from environments.docker_runtime import DockerRuntime
 
 SOAK_LABEL = "pinpoint.soak"
 #: what a step of an agent leaves behind before a reset: an edit, a new file, an ignored artefact
 DIRTY = "echo x >> README.md && echo y > new_file.py && mkdir -p build && touch build/out.o"
-
-
-def _ms_p95(values: list[float]) -> float:
-    return round(float(np.percentile(values, 95)) * 1000.0, 1) if values else float("nan")
-
-
-def _ms_p50(values: list[float]) -> float:
-    return round(float(np.percentile(values, 50)) * 1000.0, 1) if values else float("nan")
 
 
 def _free_disk() -> int:
@@ -83,8 +74,8 @@ def _timed(fn) -> float:
 def _stability(samples: list[float]) -> dict:
     """p95 of the first and last tenth of a run, and their ratio (about 1 when nothing degrades)."""
     tenth = max(1, len(samples) // 10)
-    first, last = _ms_p95(samples[:tenth]), _ms_p95(samples[-tenth:])
-    return {"p50_ms": _ms_p50(samples), "p95_ms": _ms_p95(samples), "first_tenth_p95_ms": first,
+    first, last = ms_percentile(samples[:tenth], 95), ms_percentile(samples[-tenth:], 95)
+    return {"p50_ms": ms_percentile(samples, 50), "p95_ms": ms_percentile(samples, 95), "first_tenth_p95_ms": first,
             "last_tenth_p95_ms": last, "last_vs_first_p95": round(last / first, 2) if first else float("nan")}
 
 
@@ -122,8 +113,8 @@ def many_at_once(image: str, tag: str, count: int) -> dict:
         results = list(pool.map(lambda _: _start_and_check(image, tag), range(count)))
     per_env = [elapsed for elapsed, _ in results]
     return {"environments": count, "failures": sum(not ok for _, ok in results),
-            "wall_s": round(time.perf_counter() - start, 1), "env_p50_ms": _ms_p50(per_env),
-            "env_p95_ms": _ms_p95(per_env)}
+            "wall_s": round(time.perf_counter() - start, 1), "env_p50_ms": ms_percentile(per_env, 50),
+            "env_p95_ms": ms_percentile(per_env, 95)}
 
 
 def leaks(before: dict, after: dict) -> dict:

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from environments.files import json_objects, last_per_key
+
 #: the table's columns beside the episode's id
 COLUMNS = ("task_id", "sample", "status", "reward", "reward_kind", "reason", "steps", "prompt_tokens",
            "response_tokens", "trained_tokens", "logprobs", "llm_s", "env_s", "messages")
@@ -22,20 +24,9 @@ def read_rows(path: Path) -> list[dict]:
 
         rows = [r for r in pq.read_table(path).to_pylist() if isinstance(r, dict)]
     else:
-        rows = []
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    latest: dict[object, dict] = {}
-    for index, row in enumerate(rows):
-        key = (str(row.get("task_id")), str(row.get("sample"))) if "task_id" in row else index
-        latest.pop(key, None)  # the retried episode moves to where it was written last
-        latest[key] = row
-    return list(latest.values())
+        rows = json_objects(path)
+    return last_per_key(rows, lambda index, row: (str(row.get("task_id")), str(row.get("sample")))
+                        if "task_id" in row else index)
 
 
 def _length(value: Any) -> int | None:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from environments.bench import ms_percentile
 from environments.rl.env import EnvSettings, RepairEnv, box_for
 from environments.rl.episodes import run_episode
 from environments.rl.pool import WarmPool
@@ -24,11 +25,8 @@ from environments.rl.rollout import RolloutSpec, run_rollout
 from environments.rl.tasks import RlTask
 
 
-def _ms(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+def _ms(seconds: list[float], q: float) -> float:
+    return ms_percentile(seconds, q, digits=2)
 
 
 def pool_figures(task: RlTask, repeats: int) -> dict[str, Any]:
@@ -48,10 +46,10 @@ def pool_figures(task: RlTask, repeats: int) -> dict[str, Any]:
         started = time.monotonic()
         box.factory().close()
         fresh.append(time.monotonic() - started)
-    return {"handout_ms_p50": _ms(handout, 0.5), "handout_ms_p95": _ms(handout, 0.95),
-            "reset_ms_p50": _ms(reset, 0.5), "reset_ms_p95": _ms(reset, 0.95),
-            "fresh_container_ms_p50": _ms(fresh, 0.5), "fresh_container_ms_p95": _ms(fresh, 0.95),
-            "handout_speedup_p50": round(_ms(fresh, 0.5) / max(_ms(handout, 0.5), 1e-3), 1)}
+    return {"handout_ms_p50": _ms(handout, 50), "handout_ms_p95": _ms(handout, 95),
+            "reset_ms_p50": _ms(reset, 50), "reset_ms_p95": _ms(reset, 95),
+            "fresh_container_ms_p50": _ms(fresh, 50), "fresh_container_ms_p95": _ms(fresh, 95),
+            "handout_speedup_p50": round(_ms(fresh, 50) / max(_ms(handout, 50), 1e-3), 1)}
 
 
 def episode_figures(task: RlTask, episodes: int, reuse: bool) -> dict[str, Any]:
@@ -68,8 +66,8 @@ def episode_figures(task: RlTask, episodes: int, reuse: bool) -> dict[str, Any]:
     for row in rows:
         steps.extend([row["env_s"] / max(row["steps"], 1)] * row["steps"])
     failures = sum(r["status"] == "infra_failure" for r in rows)
-    return {"episodes_per_min": round(60 * episodes / wall, 1), "step_ms_p50": _ms(steps, 0.5),
-            "step_ms_p95": _ms(steps, 0.95), "infra_failures": failures}
+    return {"episodes_per_min": round(60 * episodes / wall, 1), "step_ms_p50": _ms(steps, 50),
+            "step_ms_p95": _ms(steps, 95), "infra_failures": failures}
 
 
 def rollout_figures(tasks: list[RlTask], episodes: int, workers: int, concurrency: int) -> dict[str, Any]:
@@ -85,7 +83,7 @@ def rollout_figures(tasks: list[RlTask], episodes: int, workers: int, concurrenc
     steps = [r["env_s"] / max(r["steps"], 1) for r in rows if r.get("steps")]
     return {"workers": workers, "concurrent": workers * concurrency, "episodes": len(rows),
             "episodes_per_min": round(60 * len(rows) / wall, 1), "wall_s": round(wall, 1),
-            "step_ms_p50": _ms(steps, 0.5), "step_ms_p95": _ms(steps, 0.95),
+            "step_ms_p50": _ms(steps, 50), "step_ms_p95": _ms(steps, 95),
             "infra_failures": sum(r.get("status") == "infra_failure" for r in rows)}
 
 

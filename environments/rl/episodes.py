@@ -89,8 +89,7 @@ def _for_policy(messages: list[dict], info: dict, tools: list | None) -> list[di
 
 def _ended(row: dict[str, Any], started: float, reward: float | None, reward_info: dict, status: str,
            gateway: RecordingGateway | None = None, episode_id: str = "") -> dict[str, Any]:
-    tokens = gateway.pop(episode_id) if gateway is not None and episode_id in gateway.episodes() else None
-    tokens = tokens or EpisodeTokens.empty()
+    tokens = gateway.pop(episode_id) if gateway is not None else EpisodeTokens.empty()
     row.update(reward=reward, reward_info=reward_info, status=status, prompt_ids=tokens.prompt_ids,
                response_ids=tokens.response_ids, response_mask=tokens.response_mask,
                rollout_logprobs=tokens.rollout_logprobs, segments=len(tokens.segments),

@@ -52,6 +52,7 @@ class LocalizationProgress:
 
     def __post_init__(self) -> None:
         self._gold = gold_locations(self.gold_patch) if self.gold_patch.strip() else {}
+        self._gold_lines = sum(len(_points(s, e)) for spans in self._gold.values() for s, e in spans)
 
     @property
     def known(self) -> bool:
@@ -87,8 +88,7 @@ class LocalizationProgress:
         """Φ now minus Φ at the previous call: the dense reward of the step just taken."""
         if not self._gold:
             return 0.0
-        total_lines = sum(len(_points(s, e)) for spans in self._gold.values() for s, e in spans)
-        value = 0.5 * len(self.files_seen) / len(self._gold) + 0.5 * len(self.lines_seen) / total_lines
+        value = 0.5 * len(self.files_seen) / len(self._gold) + 0.5 * len(self.lines_seen) / self._gold_lines
         delta, self.potential = value - self.potential, value
         return delta
 

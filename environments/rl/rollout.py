@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.llm import LLMConfig
+from environments.files import json_objects, last_per_key
 from environments.rl.env import EnvSettings, RepairEnv
 from environments.rl.tasks import RlTask, task_from
 from environments.runtime import RuntimeSettings
@@ -51,15 +52,8 @@ def stream_path(out: Path) -> Path:
 def read_rows(out: Path) -> list[dict[str, Any]]:
     """The rows written so far, the last per (task, sample); a line cut by a kill is skipped."""
     path = stream_path(out)
-    latest: dict[tuple[str, int], dict] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-                latest[(row["task_id"], row["sample"])] = row
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-    return list(latest.values())
+    rows = [r for r in json_objects(path) if "task_id" in r and "sample" in r] if path.exists() else []
+    return last_per_key(rows, lambda _, row: (row["task_id"], row["sample"]))
 
 
 def pending(spec: RolloutSpec) -> list[tuple[RlTask, int]]:

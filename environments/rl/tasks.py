@@ -75,7 +75,7 @@ def load_tasks(path: Path, dataset: str | None = None) -> list[RlTask]:
     """The tasks of a JSONL file; rows naming only an instance id are looked up in `dataset` (one load)."""
     rows: list[tuple[str, dict]] = []
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text().split("\n")  # not splitlines: U+2028 may sit inside a JSON string
     except OSError as exc:
         raise UsageError(f"cannot read tasks file {path}: {exc.strerror or exc}") from None
     for number, line in enumerate(lines, 1):
