@@ -56,7 +56,7 @@ class RunResult:
     steps: int
     prompt_tokens: int
     completion_tokens: int
-    cost_usd: float
+    cost_usd: float | None  # None: the model's price is unknown
     elapsed_s: float
     edited_lines: dict
     resumed: bool = False
@@ -133,7 +133,7 @@ def run_task(
     writer = TrajectoryWriter(run_dir / "trajectory.json", {
         "task": task.to_dict(), "model": client.config.model, "thread_id": thread_id or task.instance_id,
         "config": {**config.to_dict(), "llm": client.config.to_public_dict()},
-        "runtime": type(runtime).__name__, **(meta or {})})
+        "runtime": type(runtime).__name__, **(meta or {})}, cost_known=client.config.cost_known)
     graph_config = {"configurable": {"thread_id": thread_id or task.instance_id}, "recursion_limit": RECURSION_LIMIT}
     connection = sqlite3.connect(str(db_path), check_same_thread=False)
     state: dict = {}
@@ -211,5 +211,5 @@ def _result(state: dict, writer: TrajectoryWriter, resumed: bool) -> RunResult:
         instance_id=task.get("instance_id", ""), status=state.get("status", "?"), detail=state.get("detail", ""),
         patch=patch, trajectory=writer.path, steps=state.get("steps", 0),
         prompt_tokens=state.get("prompt_tokens", 0), completion_tokens=state.get("completion_tokens", 0),
-        cost_usd=state.get("cost_usd", 0.0), elapsed_s=state.get("elapsed_s", 0.0), edited_lines=counts,
+        cost_usd=state.get("cost_usd", 0.0) if writer.cost_known else None, elapsed_s=state.get("elapsed_s", 0.0), edited_lines=counts,
         resumed=resumed)

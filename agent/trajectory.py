@@ -25,16 +25,21 @@ STATE_KEYS = ("status", "detail", "final_patch", "patch", "steps", "prompt_token
 
 
 class TrajectoryWriter:
-    """Keeps the run's metadata and writes `meta + state` to `path` whenever the state changes."""
+    """Keeps the run's metadata and writes `meta + state` to `path` whenever the state changes. Without a known
+    price (`cost_known` False: a local server, a model with no listed price) the cost is written as null, so
+    `show` says "unknown" rather than $0.0000."""
 
-    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+    def __init__(self, path: Path, meta: dict[str, Any], cost_known: bool = True) -> None:
         self.path = Path(path)
+        self.cost_known = cost_known
         self.meta = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **meta}
 
     def write(self, state: dict[str, Any], **extra: Any) -> None:
         data = dict(self.meta)
         data.update({k: state.get(k) for k in STATE_KEYS if k in state})
         data.update(extra)
+        if not self.cost_known:
+            data["cost_usd"] = None
         data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         write_json_atomic(self.path, data)
 

@@ -146,6 +146,23 @@ def test_a_run_on_a_priced_model_costs_more_than_nothing(tmp_path, capsys):
     assert data["cost_usd"] == pytest.approx(expected) and data["cost_usd"] > 0
 
 
+def test_a_run_on_an_unpriced_model_shows_its_cost_as_unknown(tmp_path, capsys):
+    """A local model with no listed price: the trajectory's cost is null and `show` says unknown, not $0.0000."""
+    demo = build_demo_repo(tmp_path / "repo", "Python/2")
+    issue = tmp_path / "issue.md"
+    issue.write_text(demo.task.problem_statement)
+    with FakeScriptedLLMServer([tool_call("submit", {})], default=tool_call("submit", {}), model="my-local-model") as fake:
+        main(["fix", str(demo.path), "--issue", str(issue), "--local", "--output", str(tmp_path / "out"),
+              "--search", "none", "--base-url", fake.base_url, "--model", "my-local-model", "--max-steps", "2",
+              "--set", "agent.execution=false"])
+    [path] = (tmp_path / "out" / "fix" / "my-local-model" / "trajectories").glob("*/trajectory.json")
+    assert json.loads(path.read_text())["cost_usd"] is None
+    capsys.readouterr()
+    main(["show", str(path)])
+    shown = capsys.readouterr().out
+    assert "unknown" in shown and "$0.0000" not in shown
+
+
 class FakeGitHubAPI:
     """A FAKE GitHub REST API on 127.0.0.1 (PINPOINT_GITHUB_API points at it): one issue, and the headers asked with."""
 
