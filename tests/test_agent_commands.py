@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from fake_llm_server import FakeScriptedLLMServer, tool_call
@@ -129,18 +130,22 @@ def test_known_models_have_a_built_in_price_that_the_config_overrides(model, set
     assert config.cost_known is (cost is not None)
 
 
-def test_a_run_on_a_priced_model_costs_more_than_nothing(tmp_path, capsys):
-    """Through the real CLI: the FAKE scripted server named as gpt-4o-mini; the trajectory's cost is its tokens
-    at the built-in price."""
+def _fix_with_model(tmp_path, model: str) -> Path:
+    """`pinpoint fix --local` on a demo repository, the FAKE scripted server named as `model`; its trajectory."""
     demo = build_demo_repo(tmp_path / "repo", "Python/2")
     issue = tmp_path / "issue.md"
     issue.write_text(demo.task.problem_statement)
-    with FakeScriptedLLMServer([tool_call("submit", {})], default=tool_call("submit", {}), model="gpt-4o-mini") as fake:
+    with FakeScriptedLLMServer([tool_call("submit", {})], default=tool_call("submit", {}), model=model) as fake:
         main(["fix", str(demo.path), "--issue", str(issue), "--local", "--output", str(tmp_path / "out"),
-              "--search", "none", "--base-url", fake.base_url, "--model", "gpt-4o-mini", "--max-steps", "2",
+              "--search", "none", "--base-url", fake.base_url, "--model", model, "--max-steps", "2",
               "--set", "agent.execution=false"])
-    [path] = (tmp_path / "out" / "fix" / "gpt-4o-mini" / "trajectories").glob("*/trajectory.json")
-    data = json.loads(path.read_text())
+    [path] = (tmp_path / "out" / "fix" / model / "trajectories").glob("*/trajectory.json")
+    return path
+
+
+def test_a_run_on_a_priced_model_costs_more_than_nothing(tmp_path):
+    """Through the real CLI: the trajectory's cost is its tokens at gpt-4o-mini's built-in price."""
+    data = json.loads(_fix_with_model(tmp_path, "gpt-4o-mini").read_text())
     assert data["prompt_tokens"] > 0
     expected = (data["prompt_tokens"] * 0.15 + data["completion_tokens"] * 0.60) / 1e6
     assert data["cost_usd"] == pytest.approx(expected) and data["cost_usd"] > 0
@@ -148,14 +153,7 @@ def test_a_run_on_a_priced_model_costs_more_than_nothing(tmp_path, capsys):
 
 def test_a_run_on_an_unpriced_model_shows_its_cost_as_unknown(tmp_path, capsys):
     """A local model with no listed price: the trajectory's cost is null and `show` says unknown, not $0.0000."""
-    demo = build_demo_repo(tmp_path / "repo", "Python/2")
-    issue = tmp_path / "issue.md"
-    issue.write_text(demo.task.problem_statement)
-    with FakeScriptedLLMServer([tool_call("submit", {})], default=tool_call("submit", {}), model="my-local-model") as fake:
-        main(["fix", str(demo.path), "--issue", str(issue), "--local", "--output", str(tmp_path / "out"),
-              "--search", "none", "--base-url", fake.base_url, "--model", "my-local-model", "--max-steps", "2",
-              "--set", "agent.execution=false"])
-    [path] = (tmp_path / "out" / "fix" / "my-local-model" / "trajectories").glob("*/trajectory.json")
+    path = _fix_with_model(tmp_path, "my-local-model")
     assert json.loads(path.read_text())["cost_usd"] is None
     capsys.readouterr()
     main(["show", str(path)])
