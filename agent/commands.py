@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pinpoint.agent.config import Config, load_config, user_config_path
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.executor import executor_args
+from pinpoint.environments.registry import registry_arg, use_registry
 from pinpoint.swebench_eval.cli import dataset_args, selection_from_args, sources_from_args
 from pinpoint.swebench_eval.layout import dataset_run_id
 from pinpoint.swebench_eval.predictions import read_predictions
@@ -97,6 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from pinpoint.agent.solve import claim_run_folder, layout_for, solve_instance
 
     config = config_from_args(args)
+    use_registry(args.registry)
     sources = sources_from_args(args)
     instance = select_one(args.instance_id, args.dataset, sources)
     _endpoint_preflight(config)
@@ -149,6 +151,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     from pinpoint.environments.executor import executor_for
 
     config = config_from_args(args)
+    use_registry(args.registry)
     items, default_id, sources = _batch_items(args)
     _endpoint_preflight(config)
     layout = layout_for(config, default_id)
@@ -291,6 +294,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("instance_id")
     dataset_args(run, many=False)
     run.add_argument("--evaluate", action="store_true", help="grade the patch with the official harness logic")
+    registry_arg(run)
     _quiet_arg(run, "live status line")
     _fresh_arg(run)
     _config_args(run)
@@ -305,6 +309,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     batch.add_argument("--workers", type=int, default=1, help="tasks at once (local); docker slots of a new "
                        "local Ray instance (ray)")
     executor_args(batch)
+    registry_arg(batch)
     batch.add_argument("--evaluate", action="store_true", help="grade each prediction as it is made")
     _quiet_arg(batch, "per-instance status table")
     _fresh_arg(batch)

@@ -57,6 +57,8 @@ class Item:
     needs: Needs = field(default_factory=Needs)
     #: items of one group go to the same worker of `run_on_workers` (a GRPO group shares its image and pool)
     group: str = ""
+    #: on Ray, the node id this item must run on ('' for any: `images build --all-nodes` pins one per node)
+    node: str = ""
 
 
 @dataclass
@@ -115,6 +117,10 @@ class LocalExecutor:
 
     def describe(self) -> str:
         return f"{self.workers} worker(s)"
+
+    def node_ids(self) -> list[str]:
+        """One machine: no node to name ('' places an item anywhere)."""
+        return [""]
 
     def close(self) -> None:
         """Nothing to release: the threads end with `run`."""
@@ -313,6 +319,10 @@ class RayExecutor:
             except self.ray.exceptions.RayError:
                 self.unreaped.extend(boxes)
 
+    def node_ids(self) -> list[str]:
+        """The alive nodes pinpoint runs on, for items pinned to each (`Item.node`)."""
+        return list(self.nodes)
+
     def describe(self) -> str:
         cpus = sum(r.get("CPU", 0) for r in self.nodes.values())
         docker = sum(r.get("docker", 0) for r in self.nodes.values())
@@ -328,14 +338,17 @@ class RayExecutor:
 
     def _submit(self, fn: Callable[..., Any], item: Item, avoid: tuple[str, str] | None) -> Any:
         """`item` as a Ray task; a retry (`avoid`: the engine it was lost on) asks, softly, for a node on
-        another engine: a full cluster still takes it, and a lost node that came back is not "another"."""
+        another engine: a full cluster still takes it, and a lost node that came back is not "another". A pinned item
+        (`Item.node`) runs on its node only."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options: dict[str, Any] = {"num_cpus": item.needs.cpus, "name": f"pinpoint {item.key}"}
         if item.needs.docker:
             options["resources"] = {"docker": item.needs.docker}
         other = next((n for n in self.nodes if self.engines.get(n) != avoid), None) if avoid else None
-        if other is not None:
+        if item.node:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(item.node, soft=False)
+        elif other is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(other, soft=True)
         return self._remote.options(**options).remote(fn, item.args, item.key, self._ledger)
 

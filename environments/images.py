@@ -9,6 +9,11 @@ Build steps that fetch packages get the host CA bundle (`/etc/ssl/certs/ca-certi
 `$PINPOINT_CA_BUNDLE`) copied in for the step only, with PIP_CERT, SSL_CERT_FILE, REQUESTS_CA_BUNDLE and
 GIT_SSL_CAINFO pointing at it, so downloads work behind TLS-intercepting proxies; the bundle and those variables
 are not left in the committed image.
+
+With a registry (`--registry HOST/PREFIX` or `$PINPOINT_REGISTRY`) every layer is pulled from
+`HOST/PREFIX/<tag>` before it would be built, and pushed there once this process has it: the content-addressed
+tags stay the same, prefixed by the registry, so every node of a cluster pulls what one node built. A registry that
+does not answer is said once and the build goes on locally.
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 import docker
 from pinpoint.environments import engine, image_cache, paths
 from pinpoint.environments.errors import PinpointError
 from pinpoint.environments.labels import MANAGED_LABEL, RUN_LABEL, container_labels
+from pinpoint.environments.registry import registry
 
 BASE_REPOSITORY = "pinpoint/base"
 #: Debian suite that ships each Python version as python3 (extend with a verified suite per line)
@@ -100,7 +107,8 @@ def _minor(version: str) -> int:
 
 
 def ensure_base_image(python_version: str, *, allow_nearest: bool = False, log=print) -> str:
-    """Tag of a base image with Python `python_version`, git, pip and venv; built once, then cached.
+    """Tag of a base image with Python `python_version`, git, pip and venv; built once, then cached (and shared
+    through the registry, when one is named).
 
     Without a registry only the versions in DEBIAN_SUITES exist. Another version raises UnsupportedPythonVersion
     unless `allow_nearest`, which returns the nearest available image instead: its tag and its `pinpoint.python`
@@ -108,16 +116,33 @@ def ensure_base_image(python_version: str, *, allow_nearest: bool = False, log=p
     """
     _minor(python_version)
     tag = base_tag(python_version)
-    if image_exists(tag):
+    if image_exists(tag) and not _push_due(tag):
         return tag
     with file_lock(tag):
-        if image_exists(tag) or (image_cache.load_cached(tag, log) and image_exists(tag)):
-            return tag
-        if _pull_slim(python_version, tag, log) or python_version in DEBIAN_SUITES:
-            if not image_exists(tag):
-                _debootstrap_image(python_version, tag, log)
-            _save_to_cache(tag, log)
-            return tag
+        made = _base_present(tag, log) or _build_base(python_version, tag, log)
+        if made:
+            push_to_registry(tag, log)
+    return tag if made else _nearest_base(python_version, allow_nearest, log)
+
+
+def _base_present(tag: str, log) -> bool:
+    """Here already (another builder was first), or loaded from its tarball, or pulled from the registry."""
+    return (image_exists(tag) or (image_cache.load_cached(tag, log) and image_exists(tag))
+            or pull_from_registry(tag, log))
+
+
+def _build_base(python_version: str, tag: str, log) -> bool:
+    """From python:X.Y-slim when a registry answers, else debootstrap (saved as a tarball); False when neither
+    can make this version."""
+    if not (_pull_slim(python_version, tag, log) or python_version in DEBIAN_SUITES):
+        return False
+    if not image_exists(tag):
+        _debootstrap_image(python_version, tag, log)
+    _save_to_cache(tag, log)
+    return True
+
+
+def _nearest_base(python_version: str, allow_nearest: bool, log) -> str:
     if not allow_nearest:
         raise UnsupportedPythonVersion(
             f"no base image for Python {python_version}: no registry answers and no Debian suite in "
@@ -126,6 +151,86 @@ def ensure_base_image(python_version: str, *, allow_nearest: bool = False, log=p
     nearest = nearest_suite_version(python_version)
     log(f"pinpoint: Python {python_version} is unavailable here; using the nearest, {nearest} ({base_tag(nearest)})")
     return ensure_base_image(nearest, log=log)
+
+
+def ensure_image(tag: str, build: Callable[[], None], log=print) -> Literal["cached", "pulled", "built"]:
+    """`tag` on this engine: there already, else pulled from the registry, else made by `build()` (one builder
+    per tag across processes); then pushed to the registry. How it came to be here."""
+    how: Literal["cached", "pulled", "built"] = "cached"
+    with file_lock(tag):  # the push too: two pushers of one tag would remove each other's registry name
+        if not image_exists(tag):
+            how = "pulled" if pull_from_registry(tag, log) else "built"
+            if how == "built":
+                build()
+        push_to_registry(tag, log)
+    return how
+
+
+#: registries that did not answer in this process (said once, not tried again), and references known to be there
+_DEAD_REGISTRIES: set[str] = set()
+_IN_REGISTRY: set[str] = set()
+
+
+def pull_from_registry(tag: str, log=print) -> bool:
+    """Pull `tag` from the registry as `tag`: True when it came; False without a registry, when it lacks the
+    image, or when it does not answer (one line, once per registry)."""
+    reg = registry()
+    if reg is None or reg in _DEAD_REGISTRIES:
+        return False
+    ref = f"{reg}/{tag}"
+    client = engine.client()
+    try:
+        image = client.images.pull(*split_tag(ref))
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        _registry_failed(reg, exc, log)
+        return False
+    image.tag(*split_tag(tag))
+    client.images.remove(ref)  # the plain tag stays: the only name the rest of pinpoint knows
+    _IN_REGISTRY.add(ref)
+    log(f"pinpoint: pulled {tag} from {reg}")
+    return True
+
+
+def push_to_registry(tag: str, log=print) -> bool:
+    """Push `tag` to the registry as `HOST/PREFIX/<tag>` (once per process); False without a registry or when
+    the push fails (one line, once per registry: the image stays here)."""
+    if not _push_due(tag):
+        return registry() is not None and registry() not in _DEAD_REGISTRIES
+    reg = registry()
+    ref = f"{reg}/{tag}"
+    client = engine.client()
+    repository, version = split_tag(ref)
+    client.images.get(tag).tag(repository, version)
+    try:
+        errors = [line["error"] for line in client.images.push(repository, tag=version, stream=True, decode=True)
+                  if "error" in line]
+    except docker.errors.APIError as exc:
+        errors = [str(exc)]
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(ref)
+    if errors:
+        _registry_failed(reg, errors[0], log)
+        return False
+    _IN_REGISTRY.add(ref)
+    log(f"pinpoint: pushed {tag} to {reg}")
+    return True
+
+
+def _push_due(tag: str) -> bool:
+    """A registry is named, answers (as far as this process knows), and has not had `tag` from it yet."""
+    reg = registry()
+    return reg is not None and reg not in _DEAD_REGISTRIES and f"{reg}/{tag}" not in _IN_REGISTRY
+
+
+def _registry_failed(reg: str, error: object, log) -> None:
+    """A registry that does not answer (or refuses) is said once; builds go on locally without it."""
+    if reg not in _DEAD_REGISTRIES:
+        _DEAD_REGISTRIES.add(reg)
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        log(f"pinpoint: registry {reg} does not answer ({first}); building and keeping images locally")
 
 
 #: registry images this process could not pull (no registry here): not tried again

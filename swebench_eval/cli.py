@@ -11,6 +11,7 @@ from pinpoint.environments.cli import BENCH_HELP, subcommand_group
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.executor import executor_args
 from pinpoint.environments.files import write_json_atomic
+from pinpoint.environments.registry import registry_arg
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.layout import RunLayout, run_id_of_predictions
 from pinpoint.swebench_eval.predictions import empty_predictions, gold_predictions, read_predictions
@@ -47,27 +48,30 @@ def selection_from_args(args: argparse.Namespace) -> Selection:
 
 
 def _images_build(args: argparse.Namespace) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
+    from pinpoint.environments.executor import Item, Needs, executor_for
+    from pinpoint.environments.registry import use_registry
     from pinpoint.swebench_eval.images import build_instance_image
 
+    registry = use_registry(args.registry)
     selection = selection_from_args(args)
-    instances, sources = selection.instances, selection.sources
+    instances, sources = breadth_first(selection.instances), selection.sources
     failures = 0
-
-    def build(instance: Instance) -> None:
-        nonlocal failures
-        try:
-            record = build_instance_image(instance, sources)
-            print(f"{instance.instance_id}: {record.tag} (env {record.env_seconds:.0f}s, "
-                  f"instance {record.instance_seconds:.0f}s)", flush=True)
-        except Exception as exc:  # report and continue with the other instances
-            failures += 1
-            print(f"{instance.instance_id}: build failed: {str(exc)[-600:]}", file=sys.stderr, flush=True)
-
-    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        list(pool.map(build, breadth_first(instances)))
-    print(f"built {len(instances) - failures}/{len(instances)}")
+    with executor_for(args.backend, args.address, args.workers) as executor:
+        nodes = executor.node_ids() if args.all_nodes else [""]
+        print(f"pinpoint images build: {len(instances)} instance(s) on {executor.describe()}"
+              f"{f', on each of {len(nodes)} node(s)' if args.all_nodes else ''}"
+              f"{f', registry {registry}' if registry else ''}", file=sys.stderr, flush=True)
+        items = [Item(f"{i.instance_id}@{node[:12]}" if node else i.instance_id, (i, sources),
+                      Needs(cpus=1.0, docker=1), node=node) for node in nodes for i in instances]
+        for outcome in executor.run(build_instance_image, items):
+            where = f" on node {outcome.node[:12]}" if executor.name == "ray" else ""
+            iid = outcome.key.partition("@")[0]
+            if outcome.error is None:
+                print(f"{iid}{where}: {outcome.value.tag} ({outcome.value.describe()})", flush=True)
+            else:  # report and continue with the other instances
+                failures += 1
+                print(f"{iid}{where}: build failed: {str(outcome.error)[-600:]}", file=sys.stderr, flush=True)
+    print(f"built {len(items) - failures}/{len(items)}")
     return 1 if failures else 0
 
 
@@ -108,8 +112,10 @@ def _print_table(instances: list[Instance], summary: dict) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     from pinpoint.environments.executor import executor_for
+    from pinpoint.environments.registry import use_registry
     from pinpoint.swebench_eval.run import run_eval
 
+    use_registry(args.registry)
     selection = selection_from_args(args)
     instances = breadth_first(selection.instances)
     if args.gold:
@@ -192,7 +198,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     images_sub = images.add_subparsers(dest="images_command", metavar="ACTION", required=True)
     build = images_sub.add_parser("build", help="build the env and instance layers of the selected instances")
     dataset_args(build)
-    build.add_argument("--workers", type=int, default=1)
+    build.add_argument("--workers", type=int, default=1, help="builds at once (local); docker slots of a new "
+                       "local Ray instance (ray)")
+    executor_args(build)
+    build.add_argument("--all-nodes", action="store_true", help="build on every node of the cluster, not only "
+                       "where Ray places each build")
+    registry_arg(build)
     build.set_defaults(func=_images_build)
     images_sub.add_parser("list", help="list the images this harness built").set_defaults(func=_images_list)
     prune = images_sub.add_parser("prune", help="remove instance images (and env images with --all)")
@@ -208,6 +219,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--workers", type=int, default=1, help="instances at once (local); docker slots of a "
                           "new local Ray instance (ray)")
     executor_args(evaluate)
+    registry_arg(evaluate)
     evaluate.add_argument("--rerun", action="store_true", help="redo instances that already have a report")
     evaluate.add_argument("--run-id", help="results go to <runs-dir>/<run-id>/<model>/eval/ (default: gold, empty, or the run a <run-id>/<model>/preds.jsonl belongs to, else the file stem)")
     evaluate.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")

@@ -2,7 +2,8 @@
 
 Each tag ends in a hash of everything the layer is built from (its parent's tag, its script, its source commit),
 so a layer is rebuilt only when an input changes, and instances whose env inputs agree share one env layer.
-Building goes through `environments.images` (base images, build steps with the host CA bundle).
+Building goes through `environments.images` (base images, build steps with the host CA bundle, and the registry:
+each layer pulled from `--registry` before it would be built, pushed there after).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pinpoint.environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
+from pinpoint.environments.images import commit_build_step, ensure_base_image, ensure_image
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.scripts import TESTBED, env_script, instance_script
 from pinpoint.swebench_eval.sources import RepoSources
@@ -79,41 +80,54 @@ def _labels(kind: str, instance: Instance) -> dict[str, str]:
 
 @dataclass
 class BuildRecord:
-    """What `build_instance_image` did: the tag, and seconds spent per layer (0.0 when the layer was cached)."""
+    """What `build_instance_image` did: the tag, how each layer came (cached, pulled, built) and the seconds its
+    build step took (0.0 when not built)."""
 
     plan: ImagePlan
     env_seconds: float = 0.0
     instance_seconds: float = 0.0
+    env_how: str = "cached"
+    instance_how: str = "cached"
 
     @property
     def tag(self) -> str:
         return self.plan.instance_tag
 
+    def describe(self) -> str:
+        """`env 12s, instance pulled`: each layer's build seconds, or how it came without a build."""
+        def one(how: str, seconds: float) -> str:
+            return f"{seconds:.0f}s" if how == "built" else how
+        return f"env {one(self.env_how, self.env_seconds)}, instance {one(self.instance_how, self.instance_seconds)}"
+
 
 def build_instance_image(instance: Instance, sources: RepoSources | None = None,
                          specs_path: str | None = None) -> BuildRecord:
-    """Build (or reuse) the env and instance layers of `instance`; raises environments' BuildError on failure."""
+    """Build (or reuse, or pull) the env and instance layers of `instance`; raises environments' BuildError on
+    failure."""
     sources = sources or RepoSources()
     plan = plan_images(instance, sources, specs_path)
     record = BuildRecord(plan)
-    with file_lock(plan.env_tag):  # across threads and processes: one build per tag
-        if not image_exists(plan.env_tag):
-            start = time.monotonic()
-            commit_build_step(plan.base_tag, plan.env_script, plan.env_tag, network=True,
-                              labels=_labels("env", instance), changes=ENV_CHANGES, timeout=ENV_BUILD_TIMEOUT)
-            record.env_seconds = time.monotonic() - start
-    with file_lock(plan.instance_tag):
-        if not image_exists(plan.instance_tag):
-            start = time.monotonic()
-            workdir = Path(tempfile.mkdtemp(prefix="pinpoint-src-"))
-            try:
-                source = sources.export(instance.repo, instance.base_commit, workdir / "testbed")
-                commit_build_step(plan.env_tag, plan.instance_script, plan.instance_tag, network=True,
-                                  copy_in={str(source): TESTBED}, labels=_labels("instance", instance),
-                                  changes=[f"WORKDIR {TESTBED}"], timeout=INSTANCE_BUILD_TIMEOUT)
-            finally:
-                shutil.rmtree(workdir, ignore_errors=True)
-            record.instance_seconds = time.monotonic() - start
+
+    def build_env() -> None:
+        start = time.monotonic()
+        commit_build_step(plan.base_tag, plan.env_script, plan.env_tag, network=True,
+                          labels=_labels("env", instance), changes=ENV_CHANGES, timeout=ENV_BUILD_TIMEOUT)
+        record.env_seconds = time.monotonic() - start
+
+    def build_instance() -> None:
+        start = time.monotonic()
+        workdir = Path(tempfile.mkdtemp(prefix="pinpoint-src-"))
+        try:
+            source = sources.export(instance.repo, instance.base_commit, workdir / "testbed")
+            commit_build_step(plan.env_tag, plan.instance_script, plan.instance_tag, network=True,
+                              copy_in={str(source): TESTBED}, labels=_labels("instance", instance),
+                              changes=[f"WORKDIR {TESTBED}"], timeout=INSTANCE_BUILD_TIMEOUT)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        record.instance_seconds = time.monotonic() - start
+
+    record.env_how = ensure_image(plan.env_tag, build_env)
+    record.instance_how = ensure_image(plan.instance_tag, build_instance)
     return record
 
 

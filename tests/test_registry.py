@@ -1,0 +1,148 @@
+"""`--registry HOST/PREFIX`: images pushed after they are built, pulled before they would be built.
+
+The registry is a real one: Debian's `docker-registry` (the CNCF distribution registry), run by the fixture on
+127.0.0.1 with its own storage folder and stopped by pid afterwards (localhost registries need no TLS for dockerd).
+A node that lacks the images is a second, empty Docker engine (tests/two_nodes.py's `SecondEngine`): the main
+engine pushes what it holds, the second builds with the same registry and pulls every layer instead of running a
+build step, and the pulled instance image runs there with the image ids of the main engine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from two_nodes import EngineUnavailable, SecondEngine
+
+from pinpoint.environments.errors import UsageError
+from pinpoint.environments.registry import registry_of
+
+INSTANCE = "psf__requests-2931"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory):
+    """A distribution registry on a free local port, with its own storage; `HOST:PORT/PREFIX` to push to."""
+    binary = shutil.which("docker-registry") or shutil.which("registry")
+    if binary is None:
+        pytest.skip("no registry binary here (apt-get install docker-registry: scripts/setup.sh)")
+    root = tmp_path_factory.mktemp("registry")
+    port = _free_port()
+    (root / "config.yml").write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+                                     f"    rootdirectory: {root / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    with open(root / "registry.log", "wb") as log:
+        process = subprocess.Popen([binary, "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the registry did not start: {(root / 'registry.log').read_text()[-1000:]}")
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}/pp-{uuid.uuid4().hex[:6]}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _build(registry: str, cache: Path, docker_host: str | None = None) -> subprocess.CompletedProcess:
+    """`pinpoint images build --instances INSTANCE --registry REGISTRY` against the main engine or `docker_host`."""
+    env = {**os.environ, "PINPOINT_CACHE": str(cache), "PINPOINT_NO_PULL": "1"}
+    env.pop("DOCKER_HOST", None)
+    if docker_host:
+        env["DOCKER_HOST"] = docker_host
+    return subprocess.run([sys.executable, "-m", "pinpoint", "images", "build", "--instances", INSTANCE,
+                           "--registry", registry], env=env, capture_output=True, text=True, timeout=600)
+
+
+def _plan() -> tuple[str, str, str]:
+    """(base, env, instance) tags of INSTANCE, built on the main engine by the caching builder if missing."""
+    from pinpoint.swebench_eval.datasets import load_instances
+    from pinpoint.swebench_eval.images import build_instance_image
+
+    plan = build_instance_image(load_instances(ids=[INSTANCE])[0]).plan
+    return plan.base_tag, plan.env_tag, plan.instance_tag
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:5000/pinpoint", "registry.example.com/team/pp/", "localhost/x",
+                                   "127.0.0.1:5000"])
+def test_a_registry_is_a_host_docker_reads_as_one_and_an_optional_prefix(value: str) -> None:
+    assert registry_of(value) == value.rstrip("/")
+
+
+@pytest.mark.parametrize("value", ["pinpoint/images", "http://127.0.0.1:5000/pp", "127.0.0.1:5000/Upper",
+                                   "host.example.com/a b"])
+def test_a_registry_docker_would_not_read_as_one_is_one_line(value: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        registry_of(value)
+    assert "--registry" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_bad_registry_flag_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = _build("pinpoint/images", tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "HOST[:PORT]/PREFIX" in done.stderr
+
+
+@pytest.mark.docker
+def test_a_registry_that_does_not_answer_is_one_line_and_the_build_goes_on_locally(tmp_path: Path) -> None:
+    _plan()
+    done = _build(f"127.0.0.1:{_free_port()}/pp", tmp_path)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "does not answer" in line]
+    assert len(said) == 1 and "keeping images locally" in said[0]
+    assert "built 1/1" in done.stdout
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_node_without_the_images_pulls_them_instead_of_building(registry: str, tmp_path: Path) -> None:
+    base, env, instance = _plan()
+    pushed = _build(registry, tmp_path / "cache1")
+    assert pushed.returncode == 0, pushed.stderr
+    for tag in (base, env, instance):
+        assert f"pushed {tag} to {registry}" in pushed.stdout
+    try:
+        engine = SecondEngine().start(subnet="10.214.0.1/24")
+    except EngineUnavailable as exc:
+        pytest.skip(f"no second Docker engine here: {exc}")
+    try:
+        assert engine.docker("images", "-q").stdout.strip() == ""
+        since = str(int(time.time()))
+        pulled = _build(registry, tmp_path / "cache2", engine.host)  # no tarball cache: pull or debootstrap
+        assert pulled.returncode == 0, pulled.stderr
+        for tag in (base, env, instance):
+            assert f"pulled {tag} from {registry}" in pulled.stdout
+        assert f"{INSTANCE}: {instance} (env pulled, instance pulled)" in pulled.stdout
+        creates = engine.docker("events", "--since", since, "--until", str(int(time.time()) + 1), "--filter",
+                                "type=container", "--filter", "event=create", "--format", "{{.Actor.ID}}")
+        assert creates.stdout.strip() == "", "a build step ran on the node that should have pulled"
+        for tag in (base, env, instance):  # the registry keeps the image config, so the ids agree
+            main = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True,
+                                  text=True, check=True, env={k: v for k, v in os.environ.items()
+                                                              if k != "DOCKER_HOST"}).stdout.strip()
+            assert engine.docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip() == main
+        ran = engine.docker("run", "--rm", "--network", "none", instance, "python", "-c",
+                            "import os, requests; print(os.getcwd(), requests.__version__)", check=False)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.startswith("/testbed ")
+    finally:
+        engine.stop()
