@@ -36,3 +36,16 @@ if ! command -v chromium >/dev/null; then
     echo "pinpoint: install chromium for the inspector's browser tests (docs/inspector.md)" >&2
   fi
 fi
+
+# a distribution registry binary for the --registry tests (tests/test_registry.py runs its own on a free port);
+# on a systemd host Debian's package also starts a service on :5000, which the tests do not need: stopped again
+if ! command -v docker-registry >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-registry >/dev/null
+    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+      systemctl disable --now docker-registry >/dev/null 2>&1 || true
+    fi
+  else
+    echo "pinpoint: install docker-registry for the --registry tests (docs/cluster.md)" >&2
+  fi
+fi
