@@ -30,6 +30,7 @@ from pinpoint.environments.runtime import Runtime
 from pinpoint.localization.bm25 import Bm25Localizer
 from pinpoint.localization.failing_tests import ExecutionSignals, FailingTests, pytest_selection
 from pinpoint.localization.mbfl import MbflConfig
+from pinpoint.localization.predicates import PredicateConfig
 from pinpoint.localization.retrieval import LexicalLocalizer, RetrievalLocalizer
 from pinpoint.localization.suspects import Localizer
 from pinpoint.swebench_eval.layout import safe_name
@@ -82,7 +83,9 @@ def default_localizers(runtime: Runtime, config: Config, failing: FailingTests |
                                    Bm25Localizer(runtime), RetrievalLocalizer(runtime, "tests")]
     if config.agent.execution and (failing is not None or config.agent.reproduce):  # a reproduction arms it later
         execution = ExecutionSignals(runtime, failing, config.agent.execution_budget_s,
-                                     mbfl=MbflConfig() if config.agent.mbfl else None)
+                                     mbfl=MbflConfig() if config.agent.mbfl else None,
+                                     predicates=PredicateConfig() if config.agent.predicates else None,
+                                     insertion=config.agent.insertion)
         localizers += execution.localizers(ask if config.agent.ldb_llm else None)
     if config.agent.diagnostic or config.agent.repair:
         from pinpoint.localization import diagnostic, repair

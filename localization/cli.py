@@ -127,8 +127,10 @@ def _localize_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", type=Path, help="per-row results (default docs/bench/localize in the project, "
                    "committed, so a later session resumes); a run resumes")
     p.add_argument("--json", type=Path, help="also write every row and the totals here")
-    p.add_argument("--mbfl", action="store_true", help="oracle rows also run targeted MBFL (signals mbfl, "
-                   "spectrum_mbfl, fused_mbfl; cached in <cache>/oracle-mbfl-v<N>)")
+    p.add_argument("--mbfl", action="store_true", help="oracle rows also run the targeted execution signals "
+                   "(MBFL, predicate switching, insertion points; each alone, as the spectrum's tie-break and fused: "
+                   "mbfl, predicates, insertion, spectrum_mbfl/ps/ins/split, fused_split/ps/ins/all/...; cached in "
+                   "<cache>/oracle-mbfl-v<N>)")
     p.set_defaults(func=_localize)
 
 

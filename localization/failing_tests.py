@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pinpoint.environments.runtime import Runtime
+from pinpoint.localization import insertion as ins
+from pinpoint.localization import predicates as ps
 from pinpoint.localization.execution import (
     DEFAULT_PYTHON,
     ExecutionEvidence,
@@ -123,8 +125,10 @@ class ExecutionSignals:
     yet (`tests=None`: the reproduction has not run) it waits, and its localizers find nothing."""
 
     def __init__(self, runtime: Runtime, tests: FailingTests | None, budget_s: float = 300.0,
-                 top_functions: int = 3, mbfl: MbflConfig | None = None):
-        """`mbfl`: also run targeted MBFL (the `mbfl` signal; the spectrum's ties split by it); off by default."""
+                 top_functions: int = 3, mbfl: MbflConfig | None = None,
+                 predicates: ps.PredicateConfig | None = None, insertion: bool = False):
+        """`mbfl`, `predicates`, `insertion`: also those targeted signals (run after the spectrum, on first use),
+        each splitting the spectrum's ties in that order and recorded with its suspects; off by default."""
         self.runtime = runtime
         self.tests = tests
         self.budget_s = budget_s
@@ -133,6 +137,9 @@ class ExecutionSignals:
         self.traces: ExecutionEvidence | None = None
         self.mbfl = mbfl
         self.mutation: MutationEvidence | None = None
+        self.predicates = predicates
+        self.switches: ps.SwitchEvidence | None = None
+        self.insertion = insertion
         self.ask: Callable[[str], str] | None = None
 
     def collect(self) -> None:
@@ -175,15 +182,40 @@ class ExecutionSignals:
         if self.spectrum is None:
             return []
         if name == "spectrum":
-            spectrum = SpectrumLocalizer(self.spectrum, self.runtime).localize(request)
-            return tie_break(spectrum, self._mbfl().scores()) if self.mbfl and self.spectrum.failing else spectrum
-        if name == "mbfl":
-            return self._mbfl().localize(request) if self.spectrum.failing else []
+            return self._split(SpectrumLocalizer(self.spectrum, self.runtime).localize(request))
+        if name in ("mbfl", "predicates", "insertion"):
+            return self._targeted(name, request) if self.spectrum.failing else []
         if self.traces is None:
             return []
         if name == "ldb_llm":
             return self._llm_verdicts(request)
         return LdbLocalizer(self.traces).localize(request)
+
+    def _split(self, spectrum: list[Suspect]) -> list[Suspect]:
+        """The spectrum's ties split by each targeted signal that is on: MBFL, predicate switching, insertion."""
+        if not self.spectrum.failing:
+            return spectrum
+        if self.mbfl:
+            spectrum = tie_break(spectrum, self._mbfl().scores())
+        if self.predicates:
+            spectrum = ps.tie_break(spectrum, self._switched().scores())
+        if self.insertion:
+            spectrum = ins.tie_break(spectrum, ins.insertion_points(self.spectrum, Sources(self.runtime)))
+        return spectrum
+
+    def _targeted(self, name: str, request: LocalizationRequest) -> list[Suspect]:
+        if name == "mbfl":
+            return self._mbfl().localize(request) if self.mbfl else []
+        if name == "predicates":
+            return self._switched().localize(request) if self.predicates else []
+        return ins.InsertionLocalizer(self.spectrum, Sources(self.runtime)).localize(request) if self.insertion else []
+
+    def _switched(self) -> ps.PredicateLocalizer:
+        """The predicates switched once, on first use."""
+        if self.switches is None:
+            self.switches = ps.collect_switches(self.runtime, self.spectrum, Sources(self.runtime), self.predicates,
+                                                python=self.tests.python, pytest_args=self.tests.pytest_args)
+        return ps.PredicateLocalizer(self.switches, self.spectrum)
 
     def _mbfl(self) -> MbflLocalizer:
         """The mutants run once, on first use."""
@@ -214,8 +246,13 @@ class ExecutionSignals:
                 record[name] = {"summary": evidence.summary(), "status": evidence.status, "error": evidence.error,
                                 "tests": [{"nodeid": t.nodeid, "outcome": t.outcome, "message": t.message[-300:]}
                                           for t in evidence.tests[:60]]}
-        if self.mutation is not None:
-            record["mbfl"] = {"summary": self.mutation.summary(), "status": self.mutation.status}
+        targeted = {"mbfl": self.mutation, "predicates": self.switches and self.switches.runs}
+        for name, runs in targeted.items():
+            if runs is not None:
+                record[name] = {"summary": runs.summary(), "status": runs.status, "suspects": [
+                    s.to_dict() for s in self.suspects(name, LocalizationRequest())[:20]]}
+        if self.insertion and self.spectrum is not None:
+            record["insertion"] = {"suspects": [s.to_dict() for s in self.suspects("insertion", LocalizationRequest())[:20]]}
         if self.traces is not None:
             record["blocks"] = [s.to_dict() for s in self.suspects("ldb", LocalizationRequest())]
         return record

@@ -165,6 +165,27 @@ def lead_with_lines(fused: Sequence[Suspect], signal: Sequence[Suspect], take: i
     return lifted + rest
 
 
+#: how far a tie-breaking signal moves a line: inside its tie group only (Ochiai values differ by far more), and
+#: still far above `lab/ties.py`'s relative 1e-9, so the split is real when ties are counted in expectation
+TIE_STEP = 1e-7
+
+
+def split_ties(ranked: Sequence[Suspect], scores: dict[tuple[str, int], float], signal: str,
+               notes: dict[tuple[str, int], str] | None = None) -> list[Suspect]:
+    """`ranked` (the spectrum) with its tied lines split by another signal's line `scores` (each in [0, 1]): a
+    single-line suspect's score rises by `TIE_STEP` times its line's score, so only lines of equal score are
+    reordered and lines the other signal does not score keep their place. `notes` go into the evidence."""
+    notes = notes or {}
+    out = []
+    for s in ranked:
+        key = (s.path, s.start_line)
+        value = scores.get(key) if s.start_line == s.end_line else None
+        if value:
+            s = replace(s, score=s.score + TIE_STEP * value, evidence=f"{s.evidence}; {signal}: {notes.get(key, value)}")
+        out.append(s)
+    return sorted(out, key=lambda s: -s.score)
+
+
 def top_lines(suspects: Sequence[Suspect], k: int, max_span: int = 80,
               limit: int | None = None) -> list[tuple[str, int, Suspect]]:
     """The k most suspicious distinct lines, walking the fused list: a span gives at most `max(1, k // 2)` lines,

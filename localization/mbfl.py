@@ -21,7 +21,7 @@ import shlex
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pinpoint.environments.runtime import Runtime
@@ -35,12 +35,14 @@ from pinpoint.localization.execution import (
     rank_lines,
     spread_evenly,
 )
+from pinpoint.localization.fusion import split_ties
 from pinpoint.localization.mutations import OPERATORS, Source
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 from pinpoint.localization.trace_runner import covers, normalize_message
 
 __all__ = ["normalize_message", "MbflConfig", "PlannedMutant", "TestOutcome", "MutantResult", "LineMbfl",
-           "plan_mutants", "run_mutants", "line_scores", "mbfl_suspects", "tie_break", "MbflLocalizer"]
+           "plan_mutants", "run_mutants", "failing_ids", "outcome_changes", "line_scores", "mbfl_suspects",
+           "tie_break", "MbflLocalizer"]
 
 #: where results are cached unless told otherwise
 DEFAULT_CACHE = Path.home() / ".cache" / "pinpoint" / "mbfl"
@@ -116,6 +118,13 @@ class MutantResult:
     @property
     def ran(self) -> bool:
         return self.status in ("ok", "timeout", "crash")
+
+    @property
+    def informative(self) -> bool:
+        """Whether its outcomes say something about the code: a crash is the harness breaking (a mutant of
+        `_pytest/` stops the in-process pytest that runs the tests), so its tests are unknown, neither changed nor
+        unchanged; a hang still counts as changing what it did not finish."""
+        return self.status in ("ok", "timeout")
 
 
 @dataclass(frozen=True)
@@ -342,21 +351,28 @@ def _write_baseline(folder: Path | None, keys: dict[str, str], failing: Sequence
 
 
 # -- scores ------------------------------------------------------------------------------------------------------------
-def _changes(result: MutantResult, baseline: dict[str, TestOutcome], failing: Sequence[str]) -> tuple[int, int, int, int]:
-    """(failing tests changed, passing tests changed, failing made to pass, passing made to fail) for one mutant.
-    A failing test the mutant's run never reported because it hung or crashed counts as changed."""
+def failing_ids(baseline: dict[str, TestOutcome], failing: Sequence[str]) -> list[str]:
+    """The baseline's tests that the failing ids name (a class id names its tests)."""
+    return [b for b in baseline if any(covers(f, b) for f in failing)]
+
+
+def outcome_changes(result: MutantResult, baseline: dict[str, TestOutcome],
+                    failing: Sequence[str]) -> tuple[int, int, int, int]:
+    """(failing tests changed, passing tests changed, failing made to pass, passing made to fail) for one run with
+    an edit (a mutant, a switched predicate). A failing test the run never reported because it hung counts as
+    changed; a crashed run's are unknown (`MutantResult.informative`)."""
     fk = pk = f2p = p2f = 0
-    failing_ids = [b for b in baseline if any(covers(f, b) for f in failing)]
-    for nodeid in failing_ids:
+    failing_now = failing_ids(baseline, failing)
+    for nodeid in failing_now:
         base, now = baseline[nodeid], result.tests.get(nodeid)
         if now is None:
-            fk += result.status in ("timeout", "crash")
+            fk += result.status == "timeout"
             continue
         fk += now.key != base.key
         f2p += (not base.passed) and now.passed
     for nodeid, now in result.tests.items():
         base = baseline.get(nodeid)
-        if nodeid in failing_ids or base is None or not base.passed:
+        if nodeid in failing_now or base is None or not base.passed:
             continue
         pk += now.key != base.key
         p2f += not now.passed
@@ -366,10 +382,10 @@ def _changes(result: MutantResult, baseline: dict[str, TestOutcome], failing: Se
 def line_scores(results: Sequence[MutantResult], baseline: dict[str, TestOutcome],
                 failing: Sequence[str]) -> dict[tuple[str, int], LineMbfl]:
     """Metallaxis (per line, its best mutant's fk / sqrt(F (fk + pk))) and MUSE (per line, the mean over its
-    mutants, plus one, of f2p / all f2p - p2f / all p2f) over the mutants that ran."""
-    ran = [r for r in results if r.ran]
-    changes = {r.mutant.id: _changes(r, baseline, failing) for r in ran}
-    total_f = sum(1 for b in baseline if any(covers(f, b) for f in failing)) or 1
+    mutants, plus one, of f2p / all f2p - p2f / all p2f) over the mutants that ran and did not crash the harness."""
+    ran = [r for r in results if r.informative]
+    changes = {r.mutant.id: outcome_changes(r, baseline, failing) for r in ran}
+    total_f = len(failing_ids(baseline, failing)) or 1
     all_f2p = sum(c[2] for c in changes.values())
     all_p2f = sum(c[3] for c in changes.values())
     by_line: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
@@ -386,10 +402,6 @@ def line_scores(results: Sequence[MutantResult], baseline: dict[str, TestOutcome
 
 #: MUSE's weight inside the `mbfl` score: it orders lines of equal Metallaxis and cannot reorder unequal ones
 MUSE_WEIGHT = 1e-4
-#: how far MBFL moves a spectrum line: inside its tie group only (Ochiai values differ by far more)
-TIE_STEP = 1e-7
-
-
 def mbfl_suspects(scores: dict[tuple[str, int], LineMbfl], order: Sequence[tuple[str, int]] = ()) -> list[Suspect]:
     """The mutated lines by Metallaxis, then MUSE, then `order` (the spectrum's rank)."""
     rank = {k: i for i, k in enumerate(order)}
@@ -400,17 +412,10 @@ def mbfl_suspects(scores: dict[tuple[str, int], LineMbfl], order: Sequence[tuple
 
 
 def tie_break(spectrum: Sequence[Suspect], scores: dict[tuple[str, int], LineMbfl]) -> list[Suspect]:
-    """The spectrum's suspects with its tied lines split by MBFL: a line's score moves by less than any Ochiai gap,
-    up with its Metallaxis (then MUSE), so equal-Ochiai lines are ordered by their mutants; lines never mutated
-    keep their place."""
-    out = []
-    for s in spectrum:
-        m = scores.get((s.path, s.start_line)) if s.start_line == s.end_line else None
-        if m is not None:
-            s = replace(s, score=s.score + TIE_STEP * (m.metallaxis + 1e-3 * m.muse),
-                        evidence=f"{s.evidence}; mbfl: {m.evidence()}")
-        out.append(s)
-    return sorted(out, key=lambda s: -s.score)
+    """The spectrum's suspects with its tied lines split by MBFL (`fusion.split_ties`): equal-Ochiai lines are
+    ordered by their Metallaxis, then MUSE; lines never mutated keep their place."""
+    values = {k: m.metallaxis + 1e-3 * m.muse for k, m in scores.items()}
+    return split_ties(spectrum, values, "mbfl", {k: m.evidence() for k, m in scores.items()})
 
 
 def collect_mbfl(runtime: Runtime, evidence: ExecutionEvidence, sources: Sources, config: MbflConfig = MbflConfig(),

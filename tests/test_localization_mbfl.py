@@ -93,6 +93,18 @@ def test_metallaxis_and_muse_on_hand_made_outcomes():
     assert [s.start_line for s in mbfl_suspects(scores, order=[("m.py", 4), ("m.py", 1)])] == [1, 4, 2, 3]
 
 
+def test_a_mutant_that_crashes_the_harness_is_unknown_neither_implicating_nor_clearing_its_line():
+    # a mutant of `_pytest/` stops the in-process pytest: its tests never report (or report half); that says
+    # nothing about the line, so the line keeps only its other mutants' evidence
+    crash = _result(1, "crash", op="a", f1=("failed", "AssertionError", "assert 1 == 2"))
+    clean = _result(1, op="b", f1=("failed", "AssertionError", "assert 1 == 2"),
+                    f2=("failed", "AssertionError", "assert 3 == 4"))
+    scores = line_scores([crash, clean, _result(2, "crash")], BASE, ["f1", "f2"])
+    assert set(scores) == {("m.py", 1)}  # line 2's only mutant crashed: unknown, not killing
+    assert scores[("m.py", 1)].mutants == 1 and scores[("m.py", 1)].metallaxis == 0.0
+    assert crash.ran and not crash.informative  # it ran (cost, counts) but is not evidence
+
+
 def test_metallaxis_takes_a_lines_best_mutant_and_muse_averages_them():
     results = [_result(1, op="a", f1=("passed", "", ""), f2=("passed", "", "")),
                _result(1, op="b", f1=("failed", "AssertionError", "assert 1 == 2"),

@@ -55,8 +55,15 @@ LINE_POOL = 400
 #: signals the agent fuses in each setting (the baselines are measured, not fused)
 FUSED = {"issue": ("retrieval", "lexical", "bm25"),
          "oracle": ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb")}
-#: with `--mbfl`: the MBFL signal and the spectrum with its ties split by MBFL (kept per row, fused as `fused_mbfl`)
-MBFL_SIGNALS = ("mbfl", "spectrum_mbfl")
+#: with `--mbfl`, the targeted execution signals kept per row: MBFL, predicate switching, insertion points, and the
+#: spectrum with its ties split by MBFL (`spectrum_mbfl`), then also by predicate switching (`spectrum_ps`), by
+#: insertion points (`spectrum_ins`), by both (`spectrum_split`)
+MBFL_SIGNALS = ("mbfl", "spectrum_mbfl", "predicates", "spectrum_ps", "insertion", "spectrum_ins", "spectrum_split")
+#: fused variants measured beside `fused`: name -> (the spectrum the fusion leads with, an extra member or None)
+TARGETED_FUSIONS = {"fused_split": ("spectrum_mbfl", None), "fused_mbfl": ("spectrum_mbfl", "mbfl"),
+                    "fused_ps": ("spectrum_ps", None), "fused_ins": ("spectrum_ins", None),
+                    "fused_all": ("spectrum_split", None), "fused_predicates": ("spectrum_mbfl", "predicates"),
+                    "fused_insertion": ("spectrum_mbfl", "insertion")}
 
 
 @dataclass(frozen=True)
@@ -163,10 +170,9 @@ def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, so
     """Per-signal hits, and the fused ranking's (reciprocal rank over the setting's signals)."""
     members = {n: s for n, s in signals.items() if n in FUSED[setting] and s}
     ranked = {**signals, "fused": fuse(members)}
-    if signals.get("mbfl"):  # MBFL fused too, and the spectrum the fusion leads with split by it
-        split = signals.get("spectrum_mbfl") or members.get("spectrum", [])
-        ranked["fused_mbfl"] = fuse({**members, "spectrum": split, "mbfl": signals["mbfl"]})
-        ranked["fused_split"] = fuse({**members, "spectrum": split})  # MBFL only as the spectrum's tie-break
+    for name, (spectrum, extra) in TARGETED_FUSIONS.items():  # each targeted signal as a tie-break, and as a member
+        if signals.get(spectrum) and (extra is None or signals.get(extra)):
+            ranked[name] = fuse({**members, "spectrum": signals[spectrum], **({extra: signals[extra]} if extra else {})})
     if setting == "issue":  # the alternative file order, measured beside the default
         ranked["interleaved"] = fuse(members, files="interleave")
     out = {}
@@ -181,16 +187,17 @@ def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, so
 
 
 def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callable, log=print,
-                variant: str = "") -> list[dict]:
+                variant: str = "", needs: Sequence[str] = ()) -> list[dict]:
     """Each row's result from `cache` when there, else `compute(instance)` written there first (`variant`: a
-    folder of its own, e.g. `-mbfl` for rows with MBFL)."""
+    folder of its own, e.g. `-mbfl` for rows with MBFL; a cached row without every signal in `needs` is computed
+    again, so a signal added later extends the cached rows)."""
     folder = cache / f"{setting}{variant}-v{ROW_VERSION}"
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for instance in instances:
         path = folder / f"{instance.instance_id}.json.gz"
         cached = read_row(path)
-        if cached is not None and not cached.get("error"):  # a row that failed is tried again
+        if cached is not None and not cached.get("error") and all(n in cached["signals"] for n in needs):
             rows.append(rescored(cached))
             continue
         started = time.monotonic()
@@ -256,9 +263,10 @@ def issue_row(instance) -> dict:
                 **structured(signals, [], sources)}
 
 
-def execution_signals(runtime, tests, budget_s: float, mbfl: bool = False) -> tuple[dict, dict, list[LineRecord]]:
+def execution_signals(runtime, tests, budget_s: float, mbfl: bool = False, *, predicates: bool = False,
+                      insertion: bool = False) -> tuple[dict, dict, list[LineRecord]]:
     """`traceback`, `spectrum` and `ldb` from the oracle's failing tests in `runtime`, what the runs cost, and the
-    spectrum's line records."""
+    spectrum's line records; `mbfl`, `predicates`, `insertion`: also those targeted signals (`targeted_signals`)."""
     from pinpoint.localization.failing_tests import ExecutionSignals, FailingTests
     from pinpoint.localization.retrieval import RetrievalLocalizer
     from pinpoint.localization.suspects import LocalizationRequest
@@ -273,20 +281,55 @@ def execution_signals(runtime, tests, budget_s: float, mbfl: bool = False) -> tu
     cost = {"execution_seconds": round(time.monotonic() - started, 1),
             "failing_test_seconds": round(sum(t.duration_s for t in evidence.failing), 2),
             "traced": evidence.summary(), "failing_failed": len(evidence.failing), "failing_given": len(tests.failing)}
-    if mbfl and evidence.failing:
-        signals.update(mbfl_signals(runtime, evidence, signals["spectrum"], execution.tests, cost))
+    if (mbfl or predicates or insertion) and evidence.failing:
+        signals.update(targeted_signals(runtime, evidence, signals["spectrum"], execution.tests, cost,
+                                        mbfl=mbfl, predicates=predicates, insertion=insertion))
     return signals, cost, line_records(evidence)
 
 
-def mbfl_signals(runtime, evidence, spectrum: list[Suspect], tests, cost: dict) -> dict[str, list[Suspect]]:
-    """`mbfl` and `spectrum_mbfl` (the spectrum's ties split by it); its cost goes into `cost`."""
+def targeted_signals(runtime, evidence, spectrum: list[Suspect], tests, cost: dict, *, mbfl: bool = True,
+                     predicates: bool = True, insertion: bool = True) -> dict[str, list[Suspect]]:
+    """The targeted execution signals asked for and the spectrum's ties split by them, in `MBFL_SIGNALS`' names;
+    each one's cost (seconds, what ran) goes into `cost`."""
+    from pinpoint.localization import insertion as ins
+    from pinpoint.localization import predicates as ps
     from pinpoint.localization.mbfl import MbflLocalizer, collect_mbfl, tie_break
     from pinpoint.localization.suspects import LocalizationRequest
 
-    mutation = collect_mbfl(runtime, evidence, Sources(runtime), python=tests.python, pytest_args=tests.pytest_args)
-    localizer = MbflLocalizer(mutation, evidence)
-    cost.update(mbfl_seconds=mutation.seconds, mbfl=mutation.summary(), mbfl_ran=mutation.ran)
-    return {"mbfl": localizer.localize(LocalizationRequest()), "spectrum_mbfl": tie_break(spectrum, localizer.scores())}
+    out: dict[str, list[Suspect]] = {}
+    split = spectrum
+    if mbfl:
+        mutation = collect_mbfl(runtime, evidence, Sources(runtime), python=tests.python, pytest_args=tests.pytest_args)
+        localizer = MbflLocalizer(mutation, evidence)
+        cost.update(mbfl_seconds=mutation.seconds, mbfl=mutation.summary(), mbfl_ran=mutation.ran)
+        split = tie_break(spectrum, localizer.scores())
+        out.update(mbfl=localizer.localize(LocalizationRequest()), spectrum_mbfl=split)
+    switched = split
+    if predicates:
+        switches = ps.collect_switches(runtime, evidence, Sources(runtime), python=tests.python,
+                                       pytest_args=tests.pytest_args)
+        localizer = ps.PredicateLocalizer(switches, evidence)
+        cost.update(predicates_seconds=switches.seconds, predicates=switches.summary(),
+                    predicates_ran=switches.runs.ran)
+        switched = ps.tie_break(split, localizer.scores())
+        out.update(predicates=localizer.localize(LocalizationRequest()), spectrum_ps=switched)
+    if insertion:
+        started = time.monotonic()
+        points = ins.insertion_points(evidence, Sources(runtime))
+        cost.update(insertion_seconds=round(time.monotonic() - started, 1), insertion_ran=len(points))
+        out.update(insertion=ins.insertion_suspects(points), spectrum_ins=ins.tie_break(split, points),
+                   spectrum_split=ins.tie_break(switched, points))
+    return out
+
+
+def insertion_gold(patch: str) -> dict[str, list[int]]:
+    """The gold lines that pure insertions give (the line the new code goes before; `gold_of` counts them with
+    the changed lines), per code file."""
+    from unidiff import PatchSet
+
+    removed = {(p.path, line.source_line_no) for p in PatchSet(patch) for h in p for line in h if line.is_removed}
+    return {p: sorted(n for n in ls if (p, n) not in removed) for p, ls in patch_gold_lines(patch).items()
+            if not is_test_path(p) and any((p, n) not in removed for n in ls)}
 
 
 def oracle_row(instance, budget_s: float = 300.0, mbfl: bool = False) -> dict:
@@ -301,9 +344,10 @@ def oracle_row(instance, budget_s: float = 300.0, mbfl: bool = False) -> dict:
         sources = Sources(runtime)
         gold = gold_of(instance.patch, sources)
         signals = issue_signals(runtime, instance.problem_statement)
-        execution, cost, records = execution_signals(runtime, tests, budget_s, mbfl)
+        execution, cost, records = execution_signals(runtime, tests, budget_s, mbfl, predicates=mbfl,
+                                                     insertion=mbfl)
         signals.update(execution)
-        return {**_gold_json(gold), "cost": cost, "signals": evaluate_row(signals, "oracle", gold, sources),
+        return {**_gold_json(gold), "insertion_gold": insertion_gold(instance.patch), "cost": cost, "signals": evaluate_row(signals, "oracle", gold, sources),
                 **structured(signals, records, sources)}
 
 
@@ -365,21 +409,41 @@ def format_table(setting: str, rows: list[dict]) -> str:
     costs = [r["cost"] for r in good if "execution_seconds" in r.get("cost", {})]
     if costs:
         lines.append(execution_cost(costs))
-    mbfl = [r["cost"] for r in good if "mbfl_seconds" in r.get("cost", {})]
-    if mbfl:
-        lines.append(mbfl_cost(mbfl))
+    for name in ("mbfl", "predicates", "insertion"):
+        spent = [r["cost"] for r in good if f"{name}_seconds" in r.get("cost", {})]
+        if spent:
+            lines.append(signal_cost(name, spent))
+    if any("insertion_gold" in r for r in good):
+        lines.append(insertion_reach(good))
     return "\n".join(lines)
 
 
-def mbfl_cost(costs: Sequence[dict]) -> str:
-    """MBFL's cost beside the spectrum's and the failing tests' own run (the budget: 3x that, plus 60 s)."""
-    within = sum(c["mbfl_seconds"] <= 3 * c["failing_test_seconds"] + 60 for c in costs)
+def signal_cost(name: str, costs: Sequence[dict]) -> str:
+    """A targeted signal's cost beside the spectrum's and the failing tests' own run (the budget: 3x that + 60 s)."""
+    within = sum(c[f"{name}_seconds"] <= 3 * c["failing_test_seconds"] + 60 for c in costs)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    return (f"mbfl cost: median {med([c['mbfl_seconds'] for c in costs]):.1f} s (max "
-            f"{max(c['mbfl_seconds'] for c in costs):.1f}), {med([c.get('mbfl_ran', 0) for c in costs])} mutants run, "
-            f"against {med([c['execution_seconds'] for c in costs]):.1f} s traced (spectrum + LDB) and "
+    what = {"mbfl": "mutants run", "predicates": "switches run", "insertion": "points"}[name]
+    return (f"{name} cost: median {med([c[f'{name}_seconds'] for c in costs]):.1f} s (max "
+            f"{max(c[f'{name}_seconds'] for c in costs):.1f}), {med([c.get(f'{name}_ran', 0) for c in costs])} "
+            f"{what}, against {med([c['execution_seconds'] for c in costs]):.1f} s traced (spectrum + LDB) and "
             f"{med([c['failing_test_seconds'] for c in costs]):.2f} s of the failing tests' own run; "
             f"within 3x + 60 s on {within}/{len(costs)} rows")
+
+
+def insertion_reach(rows: Sequence[dict], k: int = 10) -> str:
+    """How many rows' gold lines include pure insertions, and on how many of those each ranking's top k lines
+    reach an insertion's gold line."""
+    with_ins = [r for r in rows if r.get("insertion_gold")]
+    gold = sum(len(ls) for r in rows for ls in r["gold_lines"].values())
+    ins = sum(len(ls) for r in with_ins for ls in r["insertion_gold"].values())
+
+    def reached(name: str) -> int:
+        return sum(any(n in r["insertion_gold"].get(p, ()) for p, n in r["signals"].get(name, {}).get(
+            "top_lines", [])[:k]) for r in with_ins)
+    names = [n for n in ("insertion", "spectrum", "fused_split", "fused_ins", "fused_insertion")
+             if any(n in r["signals"] for r in with_ins)]
+    return (f"insertions: {ins} of {gold} gold lines on {len(with_ins)}/{len(rows)} rows are pure insertions; "
+            f"rows with an insertion's gold line in the top {k}: " + ", ".join(f"{n} {reached(n)}" for n in names))
 
 
 def execution_cost(costs: Sequence[dict]) -> str:
@@ -486,12 +550,13 @@ def with_learned(rows: list[dict]) -> list[dict]:
 def setting_rows(instances: Sequence, settings: Sequence[str], cache: Path = ROWS_DIR, budget_s: float = 300.0,
                  log=print, mbfl: bool = False) -> Iterator[tuple[str, list[dict]]]:
     """Each setting's rows in turn (cached ones read back, the others computed and cached), with their `learned`
-    hits: what `pinpoint bench localize` prints. `mbfl`: oracle rows also run MBFL (cached in their own folder)."""
+    hits: what `pinpoint bench localize` prints. `mbfl`: oracle rows also run the targeted signals (MBFL, predicate
+    switching, insertion points; cached in their own folder, rows cached before a signal existed extended)."""
     compute = {"issue": issue_row, "oracle": lambda i: oracle_row(i, budget_s, mbfl)}
     for setting in settings:
         variant = "-mbfl" if mbfl and setting == "oracle" else ""
         yield setting, with_learned(cached_rows(instances, setting, cache, guarded(compute[setting]), log=log,
-                                                variant=variant))
+                                                variant=variant, needs=("predicates", "insertion") if variant else ()))
 
 
 def fusion_report(setting: str, rows: list[dict]) -> str:
