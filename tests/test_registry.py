@@ -2,9 +2,10 @@
 
 The registry is a real one: Debian's `docker-registry` (the CNCF distribution registry), run by the fixture on
 127.0.0.1 with its own storage folder and stopped by pid afterwards (localhost registries need no TLS for dockerd).
-A node that lacks the images is a second, empty Docker engine (tests/two_nodes.py's `SecondEngine`): the main
-engine pushes what it holds, the second builds with the same registry and pulls every layer instead of running a
-build step, and the pulled instance image runs there with the image ids of the main engine.
+The main engine pushes what it holds (`images build --registry`); then on a two-node Ray cluster whose second node
+drives a second, empty Docker engine (tests/two_nodes.py), `images build --all-nodes --backend ray` builds on each
+node: the head has every layer, the second node pulls them instead of running a build step, and the pulled
+instance image runs there with the image ids of the main engine.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from two_nodes import EngineUnavailable, SecondEngine
-
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.registry import registry_of
+from two_nodes import RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, assert_nothing_left
 
 INSTANCE = "psf__requests-2931"
 
@@ -112,37 +112,50 @@ def test_a_registry_that_does_not_answer_is_one_line_and_the_build_goes_on_local
     assert "built 1/1" in done.stdout
 
 
+def _image_id(tag: str, engine: SecondEngine | None = None) -> str:
+    if engine is not None:
+        return engine.docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
+    return subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True, text=True,
+                          check=True, env={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}).stdout.strip()
+
+
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_node_without_the_images_pulls_them_instead_of_building(registry: str, tmp_path: Path) -> None:
+def test_images_build_on_every_node_of_a_cluster_pulls_where_the_layers_are_missing(registry: str,
+                                                                                    tmp_path: Path) -> None:
     base, env, instance = _plan()
-    pushed = _build(registry, tmp_path / "cache1")
-    assert pushed.returncode == 0, pushed.stderr
-    for tag in (base, env, instance):
-        assert f"pushed {tag} to {registry}" in pushed.stdout
+    assert _build(registry, tmp_path / "cache1").returncode == 0  # the main engine pushes what it holds
     try:
-        engine = SecondEngine().start(subnet="10.214.0.1/24")
+        engine = SecondEngine().start(subnet="10.215.0.1/24")
     except EngineUnavailable as exc:
         pytest.skip(f"no second Docker engine here: {exc}")
+    cluster = TwoNodeCluster(engine.host, cpus=2, docker=1)
     try:
+        cluster.start()
         assert engine.docker("images", "-q").stdout.strip() == ""
         since = str(int(time.time()))
-        pulled = _build(registry, tmp_path / "cache2", engine.host)  # no tarball cache: pull or debootstrap
-        assert pulled.returncode == 0, pulled.stderr
-        for tag in (base, env, instance):
-            assert f"pulled {tag} from {registry}" in pulled.stdout
-        assert f"{INSTANCE}: {instance} (env pulled, instance pulled)" in pulled.stdout
+        env_vars = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS", "DOCKER_HOST")},
+                    **RAY_ENV, "PINPOINT_CACHE": str(tmp_path / "cache2"), "PINPOINT_NO_PULL": "1"}
+        done = subprocess.run([sys.executable, "-m", "pinpoint", "images", "build", "--instances", INSTANCE,
+                               "--registry", registry, "--backend", "ray", "--address", cluster.address,
+                               "--all-nodes"], cwd=tmp_path, env=env_vars, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert "on each of 2 node(s)" in done.stderr
+        lines = sorted(line for line in done.stdout.splitlines() if line.startswith(f"{INSTANCE} on node "))
+        assert len(lines) == 2, done.stdout
+        assert sorted(line.rpartition("(")[2] for line in lines) == ["env cached, instance cached)",
+                                                                      "env pulled, instance pulled)"]
+        assert "built 2/2" in done.stdout
         creates = engine.docker("events", "--since", since, "--until", str(int(time.time()) + 1), "--filter",
                                 "type=container", "--filter", "event=create", "--format", "{{.Actor.ID}}")
         assert creates.stdout.strip() == "", "a build step ran on the node that should have pulled"
         for tag in (base, env, instance):  # the registry keeps the image config, so the ids agree
-            main = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True,
-                                  text=True, check=True, env={k: v for k, v in os.environ.items()
-                                                              if k != "DOCKER_HOST"}).stdout.strip()
-            assert engine.docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip() == main
+            assert _image_id(tag, engine) == _image_id(tag)
         ran = engine.docker("run", "--rm", "--network", "none", instance, "python", "-c",
                             "import os, requests; print(os.getcwd(), requests.__version__)", check=False)
-        assert ran.returncode == 0, ran.stderr
-        assert ran.stdout.startswith("/testbed ")
+        assert ran.returncode == 0 and ran.stdout.startswith("/testbed "), ran.stderr
     finally:
+        cluster.stop()
         engine.stop()
+    assert_nothing_left(cluster, engine)
