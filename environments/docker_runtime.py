@@ -43,6 +43,7 @@ import docker
 import requests
 from pinpoint.environments import engine, sandbox
 from pinpoint.environments.labels import container_labels
+from pinpoint.environments.overlay import Entry, Layers
 from pinpoint.environments.runtime import BrokenFromInside, RuntimeBroken, RuntimeFailure, RuntimeSettings
 from pinpoint.environments.sandbox import CTL_DIR, SERVER_HOME, DiskMeter
 from pinpoint.environments.worktree import GitWorktreeRuntime, OutputBuffer, RawResult
@@ -171,6 +172,7 @@ class DockerRuntime(GitWorktreeRuntime):
         self._cleanup = weakref.finalize(self, self._owned.release)
         self.channel = "exec"
         self._fast_reset = False
+        self._layers: Layers | None = None
         #: idle connections to the command server, reused between requests (only by the process that made them)
         self._conns: list[socket.socket] = []
         self._conns_lock = threading.Lock()
@@ -215,6 +217,7 @@ class DockerRuntime(GitWorktreeRuntime):
         self.container.reload()
         sandbox.lock_engine_files(self.container)
         self._ctl_root = f"/proc/{self.container.attrs['State']['Pid']}/root"
+        self._layers = Layers.of(self.container.attrs)
         quota = bool(self.container.attrs["HostConfig"].get("StorageOpt"))
         self.disk_bound = None if not self.disk_limit_bytes else "quota" if quota else "watchdog"
         self._disk = (DiskMeter(self._client, self.container, self.disk_limit_bytes)
@@ -535,6 +538,31 @@ class DockerRuntime(GitWorktreeRuntime):
                     return
         self._remove()
         self._start()
+
+    def outside_tree(self, skip: tuple[str, ...] = ()) -> dict[str, Entry] | None:
+        """What the container wrote outside the working tree (its upper layer, environments/overlay.py), but
+        pinpoint's own folder and `skip`; None when this engine's storage cannot be read from here."""
+        self._check_usable()
+        if self._layers is None:
+            return None
+        return self._layers.listing((self.workdir, SERVER_HOME, *skip))
+
+    @property
+    def layers(self) -> Layers | None:
+        """The container's overlay2 layers on the host, when readable here (see `outside_tree`)."""
+        return self._layers
+
+    def digest(self, patterns: list[str] | None) -> str | None:
+        """sha256 of the working tree's files whose name matches `patterns` (None: all), or None off the server
+        channel. Reads only, starts no process."""
+        self._check_usable()
+        if self.channel != "server":
+            return None
+        try:
+            status = self._call({"op": "digest", "root": self.workdir, "patterns": patterns}, wait_s=120)
+        except _ChannelLost as exc:
+            raise self._lost(exc, "hashing the working tree") from exc
+        return status.get("sha256") if status.get("ok") else None
 
     def close(self) -> None:
         self._closed = True

@@ -66,7 +66,7 @@ def register(subparsers) -> None:
                          "instance); with --backend ray")
     rollout.add_argument("--reward", choices=["unit", "precise", "localization"], default="unit")
     rollout.add_argument("--max-steps", type=int, default=30, help="steps per episode (then truncated and graded)")
-    rollout.add_argument("--grader", choices=["fresh", "pooled"], default="fresh",
+    rollout.add_argument("--grader", choices=["fresh", "pooled"], default="pooled",
                          help="grade in a pooled box of the instance image reset in place (default; the same "
                          "verdicts as fresh, `pinpoint bench grading`) or a fresh container per grading (as the harness)")
     rollout.add_argument("--on-failure", choices=["mask", "retry"], default="mask",

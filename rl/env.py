@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium
 from pinpoint.agent import prompts
@@ -42,6 +42,9 @@ from pinpoint.tools.protocol import describe_tools_for_text_mode, parse_argument
 from pinpoint.tools.registry import call_tool, default_tools, openai_schemas
 from pinpoint.tools.run_tests import DEFAULT_TIMEOUT_S
 
+if TYPE_CHECKING:
+    from pinpoint.environments.docker_runtime import DockerRuntime
+
 
 class InfraFailure(PinpointError, RuntimeError):
     """The episode could not run for a reason that is not the model's (no image, no engine, a dead container)."""
@@ -57,12 +60,11 @@ class EnvSettings:
     time_budget_s: float = MAX_WALL_S
     command_timeout_s: float = 300.0
     grade_timeout_s: float = 1800.0
-    #: where the unit reward is graded: a fresh container per grading (the default, as the harness), or a pooled
-    #: box of the instance image reset in place (the same per-test verdicts on every row `pinpoint bench grading`
-    #: ran, docs/harness.md, but only 1.16x faster, and a reset restores the tree only: what a graded patch's tests
-    #: write outside it, e.g. a .pth in site-packages, would reach the next grading; a policy must not be able to
-    #: learn that, so it stays opt-in)
-    grader: Literal["fresh", "pooled"] = "fresh"
+    #: where the unit reward is graded: a pooled grader box of the instance image (the default: reset in place,
+    #: what a grading's tests wrote outside the tree removed or the box recreated, a reinstall it already did
+    #: skipped; the same per-test verdicts as fresh on every row `pinpoint bench grading` ran, docs/harness.md,
+    #: "Pooled grading"), or a fresh container per grading, as the harness
+    grader: Literal["fresh", "pooled"] = "pooled"
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
@@ -278,7 +280,20 @@ def box_for(task: RlTask, settings: RuntimeSettings, sources: RepoSources | None
     tag = build_instance_image(task.instance, sources).tag
     key = f"{tag}|cpus={instance_cpus(task.instance, settings)}|{sorted(dataclasses.asdict(settings).items())}"
     return Box(key, lambda: instance_runtime(task.instance, tag, settings), image=tag, grader_key=f"{key}|grading",
-               grader_factory=lambda: instance_runtime(task.instance, tag, settings, grading=True))
+               grader_factory=lambda: _primed(instance_runtime(task.instance, tag, settings, grading=True), task))
+
+
+def _primed(box: DockerRuntime, task: RlTask) -> DockerRuntime:
+    """A new grader box with the eval script's install part already run on the base tree (swebench_eval.pooled.
+    prime), as a warm pool starts its boxes ahead: the first patch that leaves the packaging alone skips it."""
+    from pinpoint.swebench_eval.pooled import prime
+
+    try:
+        prime(box, task.instance)
+    except BaseException:
+        box.close()
+        raise
+    return box
 
 
 def parse_action(action: str | dict) -> tuple[str, dict[str, Any]] | str:

@@ -1,10 +1,10 @@
 """The unit reward of a submitted patch: graded as `pinpoint eval` grades it, never in the episode's own container.
 
 A SWE-bench task runs the official eval script (test files restored from the test patch, the official log parser)
-in the grader's box: a fresh container of the instance image by default (as the harness does), or a pooled one of the
-same image and settings, reset in place, when `EnvSettings.grader == "pooled"` (faster; the harness's fresh start
-also undoes changes outside the working tree, which a reset does not). A local task runs its test command on a fresh
-checkout with the patch applied.
+in the grader's box: a pooled one of the instance image and settings when `EnvSettings.grader == "pooled"` (the
+default): reset in place, what the last grading left outside the tree removed or the box recreated, a reinstall it
+already did skipped (swebench_eval.pooled); or a fresh container per grading, as the harness does. A local task runs
+its test command on a fresh checkout with the patch applied.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _grade_swebench(task: RlTask, patch: str, settings: RuntimeSettings, image: 
     verdict = None
     try:
         verdict = evaluate_patch(task.instance, patch, runtime=runtime, image=image, settings=settings,
-                                 timeout=timeout, model_name="pinpoint-rl")
+                                 timeout=timeout, model_name="pinpoint-rl", warm=runtime is not None)
     finally:
         if runtime is not None:
             pool.release(runtime, broken=verdict is None or verdict.outcome == "container_failed")

@@ -17,6 +17,7 @@ from typing import Any
 
 from pinpoint.environments.files import write_atomic, write_json_atomic
 from pinpoint.environments.runtime import Runtime, RuntimeFailure, RuntimeSettings
+from pinpoint.swebench_eval import pooled
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.grading import grade_log, recorded_exit_code
 from pinpoint.swebench_eval.patches import PatchError, apply_patch
@@ -81,9 +82,12 @@ def evaluate_patch(
     model_name: str = "pinpoint",
     sources: RepoSources | None = None,
     settings: RuntimeSettings | None = None,
+    warm: bool = False,
 ) -> InstanceReport:
     """Grade `patch` on `instance`. With `runtime` (e.g. the agent's container) it is reset and reused; otherwise a
-    fresh container is started from the instance image (built first when `image` is not given).
+    fresh container is started from the instance image (built first when `image` is not given). `warm` (a pooled
+    grader box, a DockerRuntime): also what the last grading left outside the tree is undone or the box recreated,
+    and a reinstall it already did is skipped (swebench_eval.pooled).
 
     An empty patch is not applied (git refuses empty input) and the tests run on the base commit: that is the
     `--empty` check that the harness does not resolve an unfixed instance.
@@ -110,9 +114,11 @@ def evaluate_patch(
             from pinpoint.swebench_eval.runtime import instance_runtime
 
             runtime = instance_runtime(instance, image, settings, grading=True)  # the agent's box, fresh
+        elif warm:
+            pooled.warm_reset(runtime)
         else:
             runtime.reset()
-        return _run_in(runtime, instance, patch, verdict, out_dir, timeout, model_name)
+        return _run_in(runtime, instance, patch, verdict, out_dir, timeout, model_name, warm and not own_runtime)
     except RuntimeFailure as exc:
         verdict.outcome, verdict.detail = "container_failed", f"{type(exc).__name__}: {exc}"
         return verdict
@@ -122,7 +128,7 @@ def evaluate_patch(
 
 
 def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: InstanceReport,
-            out_dir: Path | None, timeout: float, model_name: str) -> InstanceReport:
+            out_dir: Path | None, timeout: float, model_name: str, warm: bool = False) -> InstanceReport:
     start = time.monotonic()
     script = eval_script(instance, spec_for(instance), guard=guard_script(runtime.base_commit, patch))
     _write(out_dir, "eval.sh", script)
@@ -137,8 +143,11 @@ def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: In
                                                      "patch_successfully_applied": False, "resolved": False}}
             verdict.eval_seconds = time.monotonic() - start
             return verdict
-    runtime.write_file("/eval.sh", script)
-    result = runtime.run("/bin/bash /eval.sh", timeout=timeout)
+    if warm:
+        result = pooled.run_warm(runtime, script, timeout)
+    else:
+        runtime.write_file("/eval.sh", script)
+        result = runtime.run("/bin/bash /eval.sh", timeout=timeout)
     log = result.output
     if result.timed_out:
         log += f"\n\nTimeout error: {timeout:g} seconds exceeded."

@@ -1,9 +1,10 @@
-"""`pinpoint bench grading`: pooled grading (a warm box of the instance image, reset in place) beside fresh-container
-grading (the official contract), gold and empty patch, per row, in one run.
+"""`pinpoint bench grading`: pooled grading (a warm grader box of the instance image, swebench_eval.pooled) beside
+fresh-container grading (the official contract), gold and empty patch, per row, in one run.
 
 Each row is graded four times, interleaved so the machine's load drifts over both ways alike: fresh gold, pooled
-gold, fresh empty, pooled empty. The pooled box grades gold *before* empty, so whatever the gold grading left
-behind would show as a disagreement on the empty one. Agreement is per test: the outcome, the official
+gold, fresh empty, pooled empty. The pooled box is started and primed first, as the warm pool does ahead of an
+episode (its cost is reported apart, `box_start_s`, `prime_s`), and grades gold *before* empty, so whatever the gold
+grading left behind would show as a disagreement on the empty one. Agreement is per test: the outcome, the official
 FAIL_TO_PASS/PASS_TO_PASS statuses, and every test status the official log parser reads from the log.
 """
 
@@ -17,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from pinpoint.environments.bench import load_average
+from pinpoint.environments.docker_runtime import DockerRuntime
 from pinpoint.environments.runtime import RuntimeSettings
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.evaluate import InstanceReport, evaluate_patch
 from pinpoint.swebench_eval.grading import make_test_spec
 from pinpoint.swebench_eval.images import build_instance_image
+from pinpoint.swebench_eval.pooled import prime, state_of
 from pinpoint.swebench_eval.runtime import instance_runtime
 from pinpoint.swebench_eval.sources import RepoSources
 
@@ -34,6 +37,9 @@ class Grading:
     seconds: float
     required: dict[str, Any] = field(default_factory=dict)  # the official tests_status (F2P/P2P success/failure)
     tests: dict[str, str] = field(default_factory=dict)  # every test status the official parser reads in the log
+    #: pooled only: what the warm reset did, and whether the reinstall was skipped
+    reset: str = ""
+    install_skipped: bool = False
 
 
 def verdicts(report: InstanceReport, instance: Instance, log_path: Path) -> tuple[dict[str, Any], dict[str, str]]:
@@ -57,6 +63,15 @@ def _grade(instance: Instance, patch: str, **kwargs: Any) -> Grading:
     return Grading(report.outcome, seconds, required, tests)
 
 
+def _grade_warm(instance: Instance, patch: str, box: DockerRuntime, timeout: float) -> Grading:
+    """A pooled grading on `box`, with what its warm reset did and whether it skipped the reinstall."""
+    skipped = state_of(box).skipped_installs
+    grading = _grade(instance, patch, runtime=box, timeout=timeout, warm=True)
+    state = state_of(box)
+    grading.reset, grading.install_skipped = state.last_reset, state.skipped_installs > skipped
+    return grading
+
+
 def differences(fresh: Grading, pooled: Grading) -> list[str]:
     """What the pooled grading said differently from the fresh one (empty: they agree)."""
     diffs = []
@@ -77,26 +92,30 @@ def bench_row(instance: Instance, sources: RepoSources, settings: RuntimeSetting
     image = build_instance_image(instance, sources).tag
     fresh_kw = {"image": image, "settings": settings, "timeout": timeout}
     load = load_average()
+    start = time.monotonic()
     box = instance_runtime(instance, image, settings, grading=True)
     try:
+        box.run("true", timeout=120)
+        started_s = time.monotonic() - start
         start = time.monotonic()
-        box.run("true", timeout=120)  # the pool starts its boxes ahead of time: not a grading's cost
-        warm_s = time.monotonic() - start
-        pooled_kw = {"runtime": box, "timeout": timeout}
+        prime(box, instance, timeout)  # the pool starts and primes its boxes ahead of time: not a grading's cost
+        prime_s = time.monotonic() - start
         runs = {"fresh_gold": _grade(instance, instance.patch, **fresh_kw),
-                "pooled_gold": _grade(instance, instance.patch, **pooled_kw),
+                "pooled_gold": _grade_warm(instance, instance.patch, box, timeout),
                 "fresh_empty": _grade(instance, "", **fresh_kw),
-                "pooled_empty": _grade(instance, "", **pooled_kw)}
+                "pooled_empty": _grade_warm(instance, "", box, timeout)}
     finally:
         box.close()
-    row: dict[str, Any] = {"instance": instance.instance_id, "load_average": load, "box_start_s": round(warm_s, 2)}
+    row: dict[str, Any] = {"instance": instance.instance_id, "load_average": load, "box_start_s": round(started_s, 2),
+                           "prime_s": round(prime_s, 2)}
     for kind in ("gold", "empty"):
         fresh, pooled = runs[f"fresh_{kind}"], runs[f"pooled_{kind}"]
         diffs = differences(fresh, pooled)
         row[kind] = {"fresh_outcome": fresh.outcome, "pooled_outcome": pooled.outcome, "tests": len(fresh.tests),
                      "agree": not diffs, "differences": diffs[:20],
                      "fresh_s": round(fresh.seconds, 2), "pooled_s": round(pooled.seconds, 2),
-                     "speedup": round(fresh.seconds / pooled.seconds, 2) if pooled.seconds else None}
+                     "speedup": round(fresh.seconds / pooled.seconds, 2) if pooled.seconds else None,
+                     "install_skipped": pooled.install_skipped, "pooled_reset": pooled.reset}
     row["agree"] = row["gold"]["agree"] and row["empty"]["agree"]
     return row
 
@@ -118,6 +137,7 @@ def bench_grading(instances: list[Instance], sources: RepoSources, settings: Run
         "fresh_s_mean": round(sum(fresh) / len(fresh), 2) if fresh else None,
         "pooled_s_mean": round(sum(pooled) / len(pooled), 2) if pooled else None,
         "speedup_total": round(sum(fresh) / sum(pooled), 2) if pooled and sum(pooled) else None,
+        "installs_skipped": sum(r[k]["install_skipped"] for r in rows for k in ("gold", "empty")),
         "load_average_after": load_average(),
     }
 
@@ -128,6 +148,7 @@ def format_row(row: dict[str, Any]) -> str:
     for kind in ("gold", "empty"):
         r = row[kind]
         parts.append(f"{kind} {r['fresh_outcome']}/{r['pooled_outcome']} {r['tests']} tests "
-                     f"fresh {r['fresh_s']:.2f}s pooled {r['pooled_s']:.2f}s ({r['speedup']}x)")
+                     f"fresh {r['fresh_s']:.2f}s pooled {r['pooled_s']:.2f}s ({r['speedup']}x"
+                     f"{', install skipped' if r.get('install_skipped') else ''})")
     parts.append(f"load {' '.join(f'{x:.2f}' for x in row['load_average'])}")
     return "  ".join(parts)

@@ -131,7 +131,7 @@ def test_gold_policy_resolves_a_real_dev_row_and_a_killed_container_is_not_a_zer
         assert (reward, info["outcome"]) == (0.0, "empty_patch")
         assert env.pool.stats.replaced_dead + env.pool.stats.started >= 2
 
-    with RepairEnv(EnvSettings(reward="unit", grader="pooled")) as env:  # opt-in: graded in a pooled box of the same image
+    with RepairEnv(EnvSettings(reward="unit")) as env:  # the default: graded in a pooled, primed box of the same image
         reward, info, _ = _episode(env, requests_task, [gold.act([])[0] for gold in [GoldPolicy(
             requests_task.gold_patch)] for _ in range(4)])
         assert (reward, info["outcome"]) == (1.0, "resolved")

@@ -1,0 +1,135 @@
+"""Grading on a warm box: the official eval script in a container that graded before, with the same verdicts as a
+fresh container and less of its cost (docs/harness.md, "Pooled grading").
+
+Two things a fresh container gets for free are proven here instead:
+- **Nothing left behind.** Before each grading the working tree is reset in place and the container's writes outside
+  it (its overlay upper layer, environments/overlay.py) are compared with what they were right after the previous
+  grading's install part: files the tests created there (bytecode, /tmp, caches, a planted `.pth`) are deleted; an
+  image file modified or deleted, or anything the install part made that moved since, and the box is recreated.
+  Where the upper layer cannot be read from here, every grading after the first recreates the box (fresh).
+- **The reinstall it already did.** The eval script is run in two parts (eval_steps: through the install steps, then
+  the rest); the install is skipped only when a sha256 of the tree's install-relevant files (eval_steps.
+  install_patterns: the packaging files and extension sources for an editable install, every file for one that
+  copies the package) equals the digest of the tree this box last installed successfully, with nothing outside the
+  tree moved since. Otherwise it runs, exactly as written.
+"""
+
+from __future__ import annotations
+
+import shlex
+import weakref
+from dataclasses import dataclass
+
+from pinpoint.environments.docker_runtime import DockerRuntime
+from pinpoint.environments.overlay import Entry, changes
+from pinpoint.environments.runtime import CommandResult
+from pinpoint.swebench_eval import eval_steps
+from pinpoint.swebench_eval.datasets import Instance
+from pinpoint.swebench_eval.scripts import eval_script
+from pinpoint.swebench_eval.specs import spec_for
+
+#: where the two parts of the eval script are written (the grader's own files, outside what it compares)
+PART_PATHS = ("/eval.sh", "/eval-tests.sh")
+
+
+@dataclass
+class WarmState:
+    """What one grader box remembers between gradings; a recreated container (another id) starts a new one."""
+
+    container: str
+    #: digest of the install-relevant files of the tree the box last installed successfully
+    install_digest: str | None = None
+    #: whether the box graded (or was primed) since it started: from then on its outside writes are checked
+    graded: bool = False
+    #: the writes outside the tree right after the last install part; None: unknown (not readable, or timed out)
+    baseline: dict[str, Entry] | None = None
+    #: set by `warm_reset` when the box is proven as the baseline left it, for the grading that follows
+    verified: bool = False
+    #: what the last `warm_reset` did, in words (the bench reports it)
+    last_reset: str = ""
+    skipped_installs: int = 0
+    recreated: int = 0
+
+
+_STATES: weakref.WeakKeyDictionary[DockerRuntime, WarmState] = weakref.WeakKeyDictionary()
+
+
+def state_of(box: DockerRuntime) -> WarmState:
+    """The box's grading memory (a new one after the container was recreated)."""
+    state = _STATES.get(box)
+    container = box.container.id if box.container is not None else ""
+    if state is None or state.container != container:
+        kept = (state.skipped_installs, state.recreated) if state is not None else (0, 0)
+        state = _STATES[box] = WarmState(container, skipped_installs=kept[0], recreated=kept[1])
+    return state
+
+
+def warm_reset(box: DockerRuntime) -> WarmState:
+    """The tree back to its base state and, outside it, back to what the last install part left (or a new box)."""
+    box.reset()
+    state = state_of(box)
+    state.verified = False
+    if not state.graded:
+        state.last_reset = "tree reset (first grading of this box)"
+        return state
+    now = box.outside_tree(PART_PATHS)
+    layers = box.layers
+    found = changes(layers, state.baseline, now) if None not in (now, layers, state.baseline) else None
+    if found is not None and found.new and not found.changed:
+        done = box.run("rm -rf -- " + " ".join(shlex.quote(p) for p in found.new), timeout=120)
+        again = box.outside_tree(PART_PATHS)
+        if not done.ok or again is None or changes(layers, state.baseline, again).new:
+            found.changed.append(f"could not remove {len(found.new)} new paths: {done.output[-200:]}")
+    if found is None or found.changed:
+        why = ("the writes outside the tree are not known" if found is None
+               else f"changed outside the tree: {found.changed[:3]}")
+        box.reset(recreate=True)
+        fresh = state_of(box)
+        fresh.recreated += 1
+        fresh.last_reset = f"recreated ({why})"
+        return fresh
+    state.verified = True
+    state.last_reset = f"tree reset, {len(found.new)} new paths outside it removed"
+    return state
+
+
+def run_warm(box: DockerRuntime, script: str, timeout: float) -> CommandResult:
+    """Run the eval script on a box `warm_reset` just prepared: the install part (skipped when proven redundant),
+    a snapshot of the writes outside the tree, then the rest. One result, as a single run would give."""
+    state = state_of(box)
+    steps = eval_steps.parse(script)
+    digest = box.digest(eval_steps.install_patterns(steps)) if eval_steps.has_install(steps) else None
+    skip = state.verified and digest is not None and digest == state.install_digest
+    why = f"the install-relevant files hash to {digest[:16]}, as when this box last ran it" if skip else None
+    first, second = eval_steps.split(steps, why)
+    parts = []
+    if eval_steps.has_install(steps):
+        box.write_file(PART_PATHS[0], first)
+        parts.append(box.run(f"/bin/bash {PART_PATHS[0]}", timeout=timeout))
+    state.skipped_installs += skip
+    state.install_digest = digest if parts and parts[0].ok else None
+    state.baseline = box.outside_tree(PART_PATHS) if not parts or not parts[0].timed_out else None
+    state.graded, state.verified = True, False
+    left = timeout - sum(p.duration_s for p in parts)
+    if not parts or not parts[0].timed_out:
+        box.write_file(PART_PATHS[1], second)
+        parts.append(box.run(f"/bin/bash {PART_PATHS[1]}", timeout=max(left, 1.0)))
+    last = parts[-1]
+    return CommandResult(last.exit_code, "".join(p.output for p in parts), last.timed_out,
+                         sum(p.duration_s for p in parts), last.stopped_by)
+
+
+def prime(box: DockerRuntime, instance: Instance, timeout: float = 1800.0) -> WarmState:
+    """What a warm pool does for a new grader box before its first grading: the install part on the base tree, so
+    the first patch that leaves the install-relevant files alone skips it."""
+    warm_reset(box)
+    steps = eval_steps.parse(eval_script(instance, spec_for(instance)))
+    state = state_of(box)
+    if eval_steps.has_install(steps):
+        digest = box.digest(eval_steps.install_patterns(steps))
+        box.write_file(PART_PATHS[0], eval_steps.split(steps)[0])
+        done = box.run(f"/bin/bash {PART_PATHS[0]}", timeout=timeout)
+        state.install_digest = digest if done.ok else None
+    state.baseline = box.outside_tree(PART_PATHS)
+    state.graded = True
+    return state
