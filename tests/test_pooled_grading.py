@@ -108,12 +108,12 @@ def flask_box(docker_client):
         box.close()
 
 
-def _plant(instance, code: str) -> str:
-    """The gold patch plus `code` run when the package is imported (by the tests)."""
+def _plant(instance, first_line: str, code: str) -> str:
+    """The gold patch plus `code` run first when the package is imported (by the tests)."""
     marker = "diff --git a/src/flask/__init__.py b/src/flask/__init__.py"
     assert marker not in instance.patch
     return instance.patch + (f"{marker}\n--- a/src/flask/__init__.py\n+++ b/src/flask/__init__.py\n@@ -1,1 +1,2 @@\n"
-                             f"+{code}\n from markupsafe import escape\n")
+                             f"+{code}\n {first_line}\n")
 
 
 @pytest.mark.docker
@@ -124,14 +124,13 @@ def test_a_warm_box_skips_the_reinstall_and_undoes_what_the_tests_left(flask_box
 
     instance, box = flask_box
     first = box.read_text("src/flask/__init__.py").splitlines()[0]
-    assert first == "from markupsafe import escape", first  # the hunk _plant writes applies
     verdict = evaluate_patch(instance, instance.patch, runtime=box, warm=True, out_dir=tmp_path / "gold")
     assert verdict.outcome == "resolved"
     assert "pinpoint: skipped `python -m pip install -e .`" in (tmp_path / "gold/test_output.txt").read_text()
 
     site = box.run("python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'").output.strip()
     planted = f"{site}/zz_planted.pth"
-    patch = _plant(instance, f"open({planted!r}, 'w').write('import sys; sys.exit(3)\\n')")
+    patch = _plant(instance, first, f"open({planted!r}, 'w').write('import sys; sys.exit(3)\\n')")
     assert evaluate_patch(instance, patch, runtime=box, warm=True).outcome == "resolved"
     assert box.run(f"test -e {planted}").exit_code == 0  # the tests planted it outside the tree
     verdict = evaluate_patch(instance, "", runtime=box, warm=True)
@@ -142,7 +141,7 @@ def test_a_warm_box_skips_the_reinstall_and_undoes_what_the_tests_left(flask_box
     container = box.container.id
     image_file = f"{site}/markupsafe/__init__.py"
     before = box.read_file(image_file)
-    patch = _plant(instance, f"open({image_file!r}, 'a').write('\\nraise ImportError\\n')")
+    patch = _plant(instance, first, f"open({image_file!r}, 'a').write('\\nraise ImportError\\n')")
     evaluate_patch(instance, patch, runtime=box, warm=True)
     verdict = evaluate_patch(instance, instance.patch, runtime=box, warm=True)
     assert state_of(box).last_reset.startswith("recreated (changed outside the tree")
