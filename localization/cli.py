@@ -22,6 +22,8 @@ LOCALIZE_HELP = ("every signal alone and fused on SWE-bench rows (issue text; + 
 FUSION_HELP = ("the learned fusion on cached `bench localize` rows it never trained on (leave one repository out; "
                "a date split) beside every signal and reciprocal rank")
 RETRIEVAL_HELP = "issue-text retrieval on SWE-bench rows: file Acc@k and line Hit@k vs grep"
+FUSION_DATA_HELP = ("synthetic bugs in the offline repositories, run in their instance boxes with every oracle signal: "
+                    "the learned fusion's training corpus; then its leave-one-repository-out table on the dev rows")
 
 
 def register(subparsers) -> None:
@@ -30,6 +32,7 @@ def register(subparsers) -> None:
     train = subcommand_group(subparsers, "train", "train localization models")
     bench = subcommand_group(subparsers, "bench", BENCH_HELP)
     for group, name, help_text, add in ((train, "diagnostic", TRAIN_HELP, _train_args),
+                                        (train, "fusion-data", FUSION_DATA_HELP, _fusion_data_args),
                                         (bench, "lines", LINES_HELP, _lines_args),
                                         (bench, "diagnostic", SPEED_HELP, _speed_args),
                                         (bench, "retrieval", RETRIEVAL_HELP, _retrieval_args),
@@ -177,6 +180,46 @@ def _fusion(args) -> int:
         if args.save:
             model = bench.train_shipped(rows, setting, checkpoint(setting))
             print(f"wrote {checkpoint(setting)}: trained on {model.trained_on}")
+    return 0
+
+
+def _fusion_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repos", nargs="+", metavar="OWNER/NAME", default=[],
+                   help="repositories to mutate (offline ones with dev rows), in turn")
+    p.add_argument("--per-repo", type=int, default=100, help="kept mutants wanted per repository (default 100)")
+    p.add_argument("--budget-s", type=float, default=1800.0,
+                   help="wall seconds per repository for screening and running mutants (default 1800)")
+    p.add_argument("--mbfl", action="store_true", help="kept mutants also run targeted MBFL (slower)")
+    p.add_argument("--out", type=Path, help="the corpus folder (default docs/bench/fusion-data, committed); a run "
+                   "resumes")
+    p.add_argument("--dev-cache", type=Path, help="the `bench localize` rows validated on (default docs/bench/localize)")
+    p.add_argument("--json", type=Path, help="also write the validation table here")
+    p.set_defaults(func=_fusion_data)
+
+
+def _fusion_data(args) -> int:
+    from pinpoint.localization.lab import fusion_data as corpus
+    from pinpoint.localization.lab import localize_bench as bench
+    from pinpoint.swebench_eval.datasets import load_instances
+
+    if args.per_repo < 1 or args.budget_s <= 0:
+        raise UsageError("--per-repo and --budget-s must be positive")
+    dev = load_instances()
+    unknown = [r for r in args.repos if not any(i.repo == r for i in dev)]
+    if unknown:
+        raise UsageError(f"--repos {' '.join(unknown)}: no dev rows for it (expected OWNER/NAME, e.g. psf/requests)")
+    config = corpus.CorpusConfig(per_repo=args.per_repo, budget_s=args.budget_s, mbfl=args.mbfl)
+    out = args.out or corpus.CORPUS_DIR
+    for repo in args.repos:
+        print(corpus.build_repo(repo, [i for i in dev if i.repo == repo], config, out, log=_log).summary(), flush=True)
+    rows = corpus.corpus_rows(out)
+    print(corpus.corpus_summary(out))
+    if rows:
+        report = corpus.validate(rows, bench.cached_folder(args.dev_cache or bench.ROWS_DIR, "oracle"))
+        print(corpus.format_validation(report))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 
