@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 from pinpoint.localization.execution import ExecutionEvidence, rank_lines
+from pinpoint.localization.fusion import fuse as fuse_rrf
 from pinpoint.localization.fusion import reciprocal_rank_fusion
+from pinpoint.localization.retrieval import is_test_path
 from pinpoint.localization.suspects import Suspect
 
 SIGNALS = ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb")
@@ -260,11 +262,16 @@ def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], l2: float = 0.1, step
 class LearnedFusion:
     """Per-signal suspects (and the spectrum's line records, when tests ran) to one list: the model's top lines as
     `learned` suspects, then the reciprocal-rank fusion for the spans the lines do not cover. Without a `model`,
-    the shipped one of the setting the records say (tests ran or not) is loaded when first needed."""
+    the shipped one of the setting the records say (tests ran or not) is loaded when first needed.
 
-    def __init__(self, model: FusionModel | None = None, max_lines: int = MAX_LINES) -> None:
+    `lead`: the model only orders lines inside the file reciprocal rank ranks first: its best `lead` lines there
+    lead the agent's fused list (`fusion.fuse`), which is otherwise kept, so every file and function ranking is
+    reciprocal rank's (the model is asked the narrower question mutants can teach: which line of a file)."""
+
+    def __init__(self, model: FusionModel | None = None, max_lines: int = MAX_LINES, lead: int | None = None) -> None:
         self.model = model
         self.max_lines = max_lines
+        self.lead = lead
         self._shipped: dict[str, FusionModel] = {}
 
     def model_for(self, records: Sequence[LineRecord]) -> FusionModel:
@@ -286,10 +293,16 @@ class LearnedFusion:
     def fuse(self, per_signal: Mapping[str, Sequence[Suspect]], records: Sequence[LineRecord] = ()) -> list[Suspect]:
         signals = {n: list(v) for n, v in per_signal.items() if v}
         by_line = {(r.path, r.line): r for r in records}
-        learned = [Suspect(path, line, line, score, "learned", _evidence(signals, by_line.get((path, line)), path,
-                                                                         line))
-                   for path, line, score in self.rank(signals, records)[: self.max_lines]]
-        return learned + reciprocal_rank_fusion(signals)
+        ranked = self.rank(signals, records)
+        rest = reciprocal_rank_fusion(signals) if self.lead is None else fuse_rrf(signals)
+        if self.lead is not None:
+            top_file = next((s.path for s in rest if not is_test_path(s.path)), None)
+            ranked = [r for r in ranked if r[0] == top_file][: self.lead]
+        ceiling = max((s.score for s in rest), default=0.0) if self.lead is not None else 0.0
+        learned = [Suspect(path, line, line, ceiling + 1.0 + score - ranked[-1][2] if self.lead is not None else score,
+                           "learned", _evidence(signals, by_line.get((path, line)), path, line))
+                   for path, line, score in ranked[: self.max_lines]]
+        return learned + rest
 
 
 def _evidence(per_signal: Mapping[str, Sequence[Suspect]], record: LineRecord | None, path: str, line: int) -> str:

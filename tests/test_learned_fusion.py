@@ -81,6 +81,28 @@ def test_the_ranker_learns_a_planted_feature_and_ranks_its_line_first():
     assert model.weights[FEATURES.index("frame_deepest")] > 0
 
 
+def test_leading_orders_lines_only_inside_reciprocal_ranks_top_file_and_keeps_its_files():
+    from pinpoint.localization.fusion import fuse
+
+    groups = []
+    for seed in range(20):
+        suspects, records, gold = planted(seed)
+        lines = candidates({"spectrum": suspects}, records)
+        groups.append((features({"spectrum": suspects}, records, lines),
+                       np.array([float(n == gold) for _, n in lines])))
+    model = train(groups)
+    suspects, records, gold = planted(99)
+    signals = {"spectrum": suspects, "bm25": [Suspect("pkg/other.py", 1, 300, 9.0, "bm25"),
+                                             Suspect("pkg/mod.py", 1, 300, 5.0, "bm25")]}
+    plain = fuse(signals)
+    led = LearnedFusion(model, lead=3).fuse(signals, records)
+    assert [s.signal for s in led[:3]] == ["learned"] * 3 and led[3:] == plain
+    assert (led[0].path, led[0].start_line) == ("pkg/mod.py", gold)
+    assert all(a.score >= b.score for a, b in zip(led, led[1:]))
+    top_file = next(s.path for s in plain)
+    assert {s.path for s in led[:3]} == {top_file}
+
+
 def test_held_out_splits_never_share_a_repository_or_a_date():
     rows = [hand_row(f"{repo.replace('/', '__')}-{i}", repo, f"20{18 + i}-0{1 + i % 9}-01")
             for repo in ("a/x", "b/y", "c/z") for i in range(4)]

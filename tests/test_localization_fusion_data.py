@@ -140,7 +140,7 @@ def test_validation_holds_each_repository_out_of_the_mutants_it_trains_on(dev_ro
     assert sizes["mutants without mwaskom/seaborn"] == 6
     rrf = bench.totals([{**r, "signals": {"fused": r["signals"]["fused"]}} for r in dev_rows])["fused"]
     assert report["table"]["rrf"]["line@10~"] == pytest.approx(rrf["line@10~"], abs=1e-4)
-    assert report["mutants_beat_rrf"] == all(report["table"]["mutants"][m] > report["table"]["rrf"][m]
+    assert report["beats"]["mutants"] == all(report["table"]["mutants"][m] > report["table"]["rrf"][m]
                                              for m in corpus.DECIDING)
     assert "reciprocal rank" in corpus.format_validation(report)
 
