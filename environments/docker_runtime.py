@@ -173,6 +173,9 @@ class DockerRuntime(GitWorktreeRuntime):
         self.channel = "exec"
         self._fast_reset = False
         self._layers: Layers | None = None
+        #: `outside_tree()` right after the container started (None: not readable here): what a reused box is
+        #: compared with before anything has recorded a later state
+        self.outside_at_start: dict[str, Entry] | None = None
         #: idle connections to the command server, reused between requests (only by the process that made them)
         self._conns: list[socket.socket] = []
         self._conns_lock = threading.Lock()
@@ -234,6 +237,7 @@ class DockerRuntime(GitWorktreeRuntime):
         except BaseException:
             self._remove()
             raise
+        self.outside_at_start = self.outside_tree()
 
     def _give_tree(self) -> None:
         """With a command user: the working tree (and .git) becomes theirs, and they get a home folder."""

@@ -6,7 +6,8 @@ Two things a fresh container gets for free are proven here instead:
   it (its overlay upper layer, environments/overlay.py) are compared with what they were right after the previous
   grading's install part: files the tests created there (bytecode, /tmp, caches, a planted `.pth`) are deleted; an
   image file modified or deleted, or anything the install part made that moved since, and the box is recreated.
-  Where the upper layer cannot be read from here, every grading after the first recreates the box (fresh).
+  A box is compared with its state right after the container started until it first graded. Where the upper layer
+  cannot be read from here, every grading recreates the box (fresh).
 - **The reinstall it already did.** The eval script is run in two parts (eval_steps: through the install steps, then
   the rest); the install is skipped only when a sha256 of the tree's install-relevant files (eval_steps.
   install_patterns: the packaging files and extension sources for an editable install, every file for one that
@@ -39,9 +40,8 @@ class WarmState:
     container: str
     #: digest of the install-relevant files of the tree the box last installed successfully
     install_digest: str | None = None
-    #: whether the box graded (or was primed) since it started: from then on its outside writes are checked
-    graded: bool = False
-    #: the writes outside the tree right after the last install part; None: unknown (not readable, or timed out)
+    #: the writes outside the tree right after the last install part (at first, right after the container
+    #: started); None: unknown (not readable here, or the install part timed out)
     baseline: dict[str, Entry] | None = None
     #: set by `warm_reset` when the box is proven as the baseline left it, for the grading that follows
     verified: bool = False
@@ -60,7 +60,8 @@ def state_of(box: DockerRuntime) -> WarmState:
     container = box.container.id if box.container is not None else ""
     if state is None or state.container != container:
         kept = (state.skipped_installs, state.recreated) if state is not None else (0, 0)
-        state = _STATES[box] = WarmState(container, skipped_installs=kept[0], recreated=kept[1])
+        state = _STATES[box] = WarmState(container, baseline=box.outside_at_start, skipped_installs=kept[0],
+                                         recreated=kept[1])
     return state
 
 
@@ -69,9 +70,6 @@ def warm_reset(box: DockerRuntime) -> WarmState:
     box.reset()
     state = state_of(box)
     state.verified = False
-    if not state.graded:
-        state.last_reset = "tree reset (first grading of this box)"
-        return state
     now = box.outside_tree(PART_PATHS)
     layers = box.layers
     found = changes(layers, state.baseline, now) if None not in (now, layers, state.baseline) else None
@@ -87,6 +85,7 @@ def warm_reset(box: DockerRuntime) -> WarmState:
         fresh = state_of(box)
         fresh.recreated += 1
         fresh.last_reset = f"recreated ({why})"
+        fresh.verified = fresh.baseline is not None  # a new container, as started
         return fresh
     state.verified = True
     state.last_reset = f"tree reset, {len(found.new)} new paths outside it removed"
@@ -109,7 +108,7 @@ def run_warm(box: DockerRuntime, script: str, timeout: float) -> CommandResult:
     state.skipped_installs += skip
     state.install_digest = digest if parts and parts[0].ok else None
     state.baseline = box.outside_tree(PART_PATHS) if not parts or not parts[0].timed_out else None
-    state.graded, state.verified = True, False
+    state.verified = False
     left = timeout - sum(p.duration_s for p in parts)
     if not parts or not parts[0].timed_out:
         box.write_file(PART_PATHS[1], second)
@@ -131,5 +130,4 @@ def prime(box: DockerRuntime, instance: Instance, timeout: float = 1800.0) -> Wa
         done = box.run(f"/bin/bash {PART_PATHS[0]}", timeout=timeout)
         state.install_digest = digest if done.ok else None
     state.baseline = box.outside_tree(PART_PATHS)
-    state.graded = True
     return state
