@@ -3,7 +3,9 @@
 `grade` is the one way a patch is graded, by `pinpoint eval` and by `run`/`batch --evaluate` alike: it reuses an
 instance's report.json when it holds a model outcome (infrastructure failures are retried; `rerun=True` redoes it),
 so the second of the two never grades again. The summary is rewritten after each instance, so an interrupted run
-loses nothing.
+loses nothing. `run_eval` is the only writer of the summary; on the Ray backend it also writes each report folder,
+which the task grades into a scratch folder on its node and hands back (`carried`), so a resume on the driver
+sees every verdict.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pinpoint.environments.executor import Item, LocalExecutor, Needs, RayExecutor, TaskLost
 from pinpoint.environments.files import write_json_atomic
 from pinpoint.environments.runtime import RuntimeSettings
+from pinpoint.swebench_eval.carried import FolderFiles, scratch_layout
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.evaluate import (
     INFRA_OUTCOMES,
@@ -78,7 +82,7 @@ def grade(instance: Instance, prediction: Prediction, layout: RunLayout, *, sour
           timeout: float = 1800.0) -> tuple[InstanceReport, bool]:
     """(verdict, reused): grade `prediction` into `layout`'s eval folder, or reuse the report already there."""
     out_dir = layout.with_model(prediction.model_name_or_path).eval_dir(instance.instance_id)
-    if not rerun and _same_patch(out_dir, prediction) and (previous := finished_report(out_dir)) is not None:
+    if not rerun and (previous := reusable_report(out_dir, prediction)) is not None:
         return previous, True
     # an old verdict must not survive beside the new patch.diff if this grading is cut short (killed, disk full)
     (out_dir / "report.json").unlink(missing_ok=True)
@@ -96,10 +100,25 @@ def grade(instance: Instance, prediction: Prediction, layout: RunLayout, *, sour
     return verdict, False
 
 
+def reusable_report(out_dir: Path, prediction: Prediction) -> InstanceReport | None:
+    """The verdict in `out_dir` when it graded this very patch to a model outcome; None when it is to be graded."""
+    return finished_report(out_dir) if _same_patch(out_dir, prediction) else None
+
+
 def _same_patch(out_dir: Path, prediction: Prediction) -> bool:
     """Whether the report in `out_dir` graded this very patch (a re-solved instance must be graded again)."""
     stored = out_dir / "patch.diff"
     return stored.exists() and stored.read_text() == (prediction.model_patch or "")
+
+
+@dataclass
+class Graded:
+    """What one grading task hands back: the verdict, whether an earlier report was reused, and, when it was
+    graded away from the driver, the report folder's files for the driver to write."""
+
+    verdict: InstanceReport
+    reused: bool = False
+    report: FolderFiles | None = None
 
 
 def run_eval(
@@ -115,27 +134,41 @@ def run_eval(
     executor: LocalExecutor | RayExecutor | None = None,
 ) -> dict[str, Any]:
     """Evaluate every instance that has a prediction through `executor` (default: `workers` threads); returns the
-    summary, which this process alone writes (to `layout.summary`) as each verdict comes back."""
+    summary, which this process alone writes (to `layout.summary`) as each verdict comes back, with each report
+    folder graded on a Ray node."""
+    executor = executor or LocalExecutor(workers)
+    carry = executor.name != "local"  # a Ray node's disk is not the driver's: its task hands the folder back
     by_id = {i.instance_id: i for i in instances if i.instance_id in predictions}
-    items = [Item(iid, (instance, predictions[iid], layout, sources, rerun, timeout), _needs(instance))
-             for iid, instance in by_id.items()]
     verdicts: dict[str, InstanceReport] = {}
     layout.run_root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    for outcome in (executor or LocalExecutor(workers)).run(grade_task, items):
-        if isinstance(outcome.error, TaskLost):  # its worker or node was lost twice: an infrastructure label
-            verdict = InstanceReport(outcome.key, "container_failed", detail=str(outcome.error))
-            write_report(verdict, layout.with_model(predictions[outcome.key].model_name_or_path)
-                         .eval_dir(outcome.key))
-            cached = False
-        elif outcome.error is not None:  # a bug or a full disk: as before, it stops the run
-            raise outcome.error
-        else:
-            verdict, cached = outcome.value
+
+    def record(verdict: InstanceReport, cached: bool) -> None:
         verdicts[verdict.instance_id] = verdict
         _write_summary(layout.summary, summarize(instances, verdicts, layout.run_id, predictions))
         if on_result:
             on_result(verdict, cached)
+
+    items = []
+    for iid, instance in by_id.items():
+        out_dir = _eval_dir(layout, predictions[iid])
+        if not rerun and (previous := reusable_report(out_dir, predictions[iid])) is not None:
+            record(previous, True)  # finished earlier: nothing to submit
+        else:
+            items.append(Item(iid, (instance, predictions[iid], layout, sources, rerun, timeout, carry),
+                              _needs(instance)))
+    for outcome in executor.run(grade_task, items):
+        out_dir = _eval_dir(layout, predictions[outcome.key])
+        if isinstance(outcome.error, TaskLost):  # its worker or node was lost twice: an infrastructure label
+            graded = Graded(InstanceReport(outcome.key, "container_failed", detail=str(outcome.error)))
+            write_report(graded.verdict, out_dir)
+        elif outcome.error is not None:  # a bug or a full disk: as before, it stops the run
+            raise outcome.error
+        else:
+            graded = outcome.value
+            if graded.report is not None:
+                graded.report.write(out_dir)
+        record(graded.verdict, graded.reused)
     summary = summarize(instances, verdicts, layout.run_id, predictions)
     summary["wall_seconds"] = round(time.monotonic() - started, 1)
     summary["summary_path"] = str(layout.summary)
@@ -143,10 +176,20 @@ def run_eval(
     return summary
 
 
+def _eval_dir(layout: RunLayout, prediction: Prediction) -> Path:
+    return layout.with_model(prediction.model_name_or_path).eval_dir(prediction.instance_id)
+
+
 def grade_task(instance: Instance, prediction: Prediction, layout: RunLayout, sources: RepoSources | None,
-               rerun: bool, timeout: float) -> tuple[InstanceReport, bool]:
-    """One instance wherever the executor runs it: `grade`, whose report folder it writes."""
-    return grade(instance, prediction, layout, sources=sources, rerun=rerun, timeout=timeout)
+               rerun: bool, timeout: float, carry: bool = False) -> Graded:
+    """One instance wherever the executor runs it: `grade` into the run's report folder (local threads), or,
+    with `carry`, into a scratch folder on this node whose files go back to the driver (which already checked
+    for a report to reuse)."""
+    if not carry:
+        return Graded(*grade(instance, prediction, layout, sources=sources, rerun=rerun, timeout=timeout))
+    with scratch_layout(layout) as scratch:
+        verdict, _ = grade(instance, prediction, scratch, sources=sources, rerun=True, timeout=timeout)
+        return Graded(verdict, False, FolderFiles.read(_eval_dir(scratch, prediction)))
 
 
 def _needs(instance: Instance) -> Needs:
