@@ -189,7 +189,7 @@ def _fusion_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-repo", type=int, default=100, help="kept mutants wanted per repository (default 100)")
     p.add_argument("--budget-s", type=float, default=1800.0,
                    help="wall seconds per repository for screening and running mutants (default 1800)")
-    p.add_argument("--mbfl", action="store_true", help="kept mutants also run targeted MBFL (slower)")
+    p.add_argument("--mbfl", action="store_true", help="kept mutants also run MBFL, predicate switching and insertion points (as `bench localize --mbfl`; slower)")
     p.add_argument("--out", type=Path, help="the corpus folder (default docs/bench/fusion-data, committed); a run "
                    "resumes")
     p.add_argument("--dev-cache", type=Path, help="the `bench localize` rows validated on (default docs/bench/localize)")

@@ -157,3 +157,12 @@ def test_the_command_names_an_unknown_repository_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "nobody/nothing" in err and "Traceback" not in err
     assert not any(tmp_path.iterdir())
+
+
+def test_hidden_text_features_get_no_weight_so_the_model_ignores_them(dev_rows):
+    from pinpoint.localization.learned_fusion import FEATURES, train
+
+    examples = corpus.hide_text([bench.row_examples(r) for r in dev_rows])
+    weights = dict(zip(FEATURES, train(examples).weights, strict=True))
+    assert all(w == 0 for name, w in weights.items() if name.startswith(("bm25_", "retrieval_", "lexical_")))
+    assert any(w != 0 for name, w in weights.items() if name.startswith("spectrum_"))

@@ -9,8 +9,8 @@ For each repository, in the box of its newest SWE-bench dev row (the instance im
    runs each mutant against the passing tests that cover its line; a mutant is kept only if one of them fails;
 4. for each kept mutant, the mutated file is written into the box and every signal the bench runs in the oracle
    setting is run with the screen's failing tests as the failing tests (spectrum, LDB, traceback, and retrieval,
-   grep and BM25 reading the failing tests' own text in place of an issue; `--mbfl` adds MBFL), then the file is put
-   back. The row is stored in `bench localize`'s row layout, so one feature extractor reads both.
+   grep and BM25 reading the failing tests' own text in place of an issue; `--mbfl` adds MBFL, predicate switching
+   and insertion points, as `bench localize --mbfl` does), then the file is put back. The row is stored in `bench localize`'s row layout, so one feature extractor reads both.
 
 Every screened mutant leaves one file (`<out>/<owner__name>/<mutant id>.json.gz`, kept or not), so a run resumes
 where it stopped and the kept share is counted over everything screened.
@@ -62,6 +62,8 @@ class CorpusConfig:
     per_function: int = 6
     #: each traced run's budget for a kept mutant (as `bench localize --budget`)
     trace_budget_s: float = 120.0
+    #: also the targeted signals (MBFL, predicate switching, insertion points); the dev rows most rows are judged on
+    #: have none of them, so the ranker cannot read them yet
     mbfl: bool = False
     seed: int = 0
 
@@ -194,7 +196,8 @@ def mutant_row(runtime, mutant: PlannedMutant, failing: Sequence[str], evidence:
         passing = [t.nodeid for t in evidence.passing if t.nodeid.split("::", 1)[0] in files and t.nodeid not in failing]
         signals = issue_signals(runtime, failing_text(sources, failing))
         execution, cost, records = execution_signals(runtime, OracleTests(list(failing), passing, files),
-                                                     config.trace_budget_s, config.mbfl)
+                                                     config.trace_budget_s, config.mbfl, predicates=config.mbfl,
+                                                     insertion=config.mbfl)
         if not cost["failing_failed"]:
             return {"kept": False, "why": "passed when traced", "cost": cost}
         signals.update(execution)
@@ -286,10 +289,27 @@ HEADLINE = ("file@1", "file@1~", "file@5~", "function@5~", "line@1~", "line@10",
 DECIDING = ("file@1~", "line@10~")
 
 
-#: the learned rankers compared: (training pools, `LearnedFusion.lead`)
-VARIANTS = {"mutants": (("mutants",), None), "mutants, lead 3": (("mutants",), 3),
-            "mutants, lead 10": (("mutants",), 10), "dev rows": (("dev rows",), None),
-            "dev rows, lead 3": (("dev rows",), 3), "mutants + dev rows": (("mutants", "dev rows"), None)}
+#: the learned rankers compared: (training pools, `LearnedFusion.lead`, whether the text signals' features are hidden)
+VARIANTS = {"mutants": (("mutants",), None, False), "mutants, lead 3": (("mutants",), 3, False),
+            "mutants, no text": (("mutants",), None, True), "mutants, no text, lead 3": (("mutants",), 3, True),
+            "dev rows": (("dev rows",), None, False), "dev rows, lead 3": (("dev rows",), 3, False),
+            "mutants + dev rows": (("mutants", "dev rows"), None, False)}
+#: signals that read the issue on a dev row but the failing tests' source on a mutant (not the same evidence)
+TEXT_SIGNALS = ("retrieval", "lexical", "bm25")
+
+
+def hide_text(examples: Sequence[tuple]) -> list[tuple]:
+    """The examples with the text signals' own features zeroed: a weight never moved by training stays 0, so the
+    model ignores them wherever it is applied."""
+    from pinpoint.localization.learned_fusion import FEATURES
+
+    hidden = [i for i, name in enumerate(FEATURES) if name.split("_")[0] in TEXT_SIGNALS]
+    out = []
+    for x, y in examples:
+        x = x.copy()
+        x[:, hidden] = 0.0
+        out.append((x, y))
+    return out
 
 
 def validate(corpus: Sequence[dict], dev_rows: Sequence[dict]) -> dict:
@@ -309,13 +329,14 @@ def validate(corpus: Sequence[dict], dev_rows: Sequence[dict]) -> dict:
     scored: dict[str, list[dict]] = {"rrf": [{"repo": r["repo"], "signals": {"x": r["signals"]["fused"]}}
                                              for r in dev]}
     models = {}
-    for name, (names, lead) in VARIANTS.items():
+    for name, (names, lead, masked) in VARIANTS.items():
         scored[name] = []
         for repo in repos:
-            key = (names, repo)
+            key = (names, masked, repo)
             if key not in models:
                 examples = [ex for pool in names for other, ex in pools[pool] if other != repo]
-                models[key] = train(examples, trained_on=f"{' + '.join(names)} without {repo}")
+                models[key] = train(hide_text(examples) if masked else examples,
+                                    trained_on=f"{' + '.join(names)} without {repo}")
             scored[name] += [{"repo": repo, "signals": {"x": fused_hits(models[key], r, lead)}}
                              for r in dev if r["repo"] == repo]
     table = {name: {m: round(totals(rows)["x"][m], 4) for m in HEADLINE} for name, rows in scored.items()}
