@@ -296,10 +296,11 @@ class Tree:
         return sig
 
     def reset(self):
-        changed = 0
-        removed = set()
+        """One walk of the tree: what differs from the manifest is put back, what is new is deleted; then what the
+        walk did not meet (deleted entries) is recreated."""
+        changed, removed, seen = 0, set(), set()
         for rel, path, kind, st in list(self.walk()):
-            if self.under(rel, removed):
+            if removed and self.under(rel, removed):
                 continue
             expected = "d" if rel in self.dirs else "l" if rel in self.links else "f" if rel in self.files else None
             if expected != kind or (kind == "l" and os.readlink(path) != self.links[rel]):
@@ -307,23 +308,29 @@ class Tree:
                 if kind == "d":
                     removed.add(rel)
                 changed += 1
-            elif kind == "f" and self.sig(st) != self.files[rel]:
+                continue
+            seen.add(rel)
+            if kind == "f" and self.sig(st) != self.files[rel]:
                 self.restore_file(rel)
                 changed += 1
+            elif kind == "d" and st.st_mode != self.dirs[rel]:  # chmod games on folders (000, a-w) are undone too
+                os.chmod(path, self.dirs[rel] & 0o7777)
+                changed += 1
+        if os.lstat(self.root).st_mode != self.dirs[""]:
+            os.chmod(self.root, self.dirs[""] & 0o7777)
+            changed += 1
         for rel in sorted(self.dirs):
-            path = os.path.join(self.root, rel)
-            if not os.path.isdir(path) or os.path.islink(path):
+            if rel and rel not in seen:
+                path = os.path.join(self.root, rel)
                 os.makedirs(path, exist_ok=True)
-            if os.lstat(path).st_mode != self.dirs[rel]:  # chmod games on folders (000, a-w) are undone too
                 os.chmod(path, self.dirs[rel] & 0o7777)
                 changed += 1
         for rel, target in self.links.items():
-            path = os.path.join(self.root, rel)
-            if not os.path.islink(path):
-                os.symlink(target, path)
+            if rel not in seen:
+                os.symlink(target, os.path.join(self.root, rel))
                 changed += 1
         for rel in self.files:
-            if not os.path.lexists(os.path.join(self.root, rel)):
+            if rel not in seen:
                 self.restore_file(rel)
                 changed += 1
         changed += self.restore_git_modes()
