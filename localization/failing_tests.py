@@ -128,7 +128,8 @@ class ExecutionSignals:
                  top_functions: int = 3, mbfl: MbflConfig | None = None,
                  predicates: ps.PredicateConfig | None = None, insertion: bool = False):
         """`mbfl`, `predicates`, `insertion`: also those targeted signals (run after the spectrum, on first use),
-        each splitting the spectrum's ties in that order and recorded with its suspects; off by default."""
+        each splitting the spectrum's ties in that order, or fused as a member where its config says
+        (`fuse_member`), and recorded with its suspects; off by default."""
         self.runtime = runtime
         self.tests = tests
         self.budget_s = budget_s
@@ -164,7 +165,9 @@ class ExecutionSignals:
         """`spectrum` and `ldb`; with `ask` (an LLM), also `ldb_llm`: LDB's own verdict per block of the top
         function's failing trace, one query for all its blocks."""
         self.ask = ask
-        extra = ([_Signal("ldb_llm", self)] if ask else []) + ([_Signal("mbfl", self)] if self.mbfl and self.mbfl.fuse_member else [])
+        extra = [_Signal("ldb_llm", self)] if ask else []
+        extra += [_Signal(name, self) for name, config in (("mbfl", self.mbfl), ("predicates", self.predicates))
+                  if config is not None and config.fuse_member]
         return [_Signal("spectrum", self), _Signal("ldb", self)] + extra
 
     def failure_output(self) -> str:
@@ -192,12 +195,13 @@ class ExecutionSignals:
         return LdbLocalizer(self.traces).localize(request)
 
     def _split(self, spectrum: list[Suspect]) -> list[Suspect]:
-        """The spectrum's ties split by each targeted signal that is on: MBFL, predicate switching, insertion."""
+        """The spectrum's ties split by each targeted signal that is on: MBFL, predicate switching (unless it is a
+        member), insertion points."""
         if not self.spectrum.failing:
             return spectrum
         if self.mbfl:
             spectrum = tie_break(spectrum, self._mbfl().scores())
-        if self.predicates:
+        if self.predicates and not self.predicates.fuse_member:
             spectrum = ps.tie_break(spectrum, self._switched().scores())
         if self.insertion:
             spectrum = ins.tie_break(spectrum, ins.insertion_points(self.spectrum, Sources(self.runtime)))

@@ -9,8 +9,11 @@ functions, read off the statement lists of their AST and each test's covered lin
 - `branch`: an `if` whose branch the failing runs took and the passing runs that reach the `if` did not (or the
   other way round): the first line of that branch, and the line after the whole `if` (where an `elif`/`else` or the
   code after the branch goes);
+- `gap`: between two statements of a list that a failing run both executed, where a compound statement ends or a
+  blank line separates them (where code is added between paragraphs): the second statement's line, and, weaker,
+  the blank line itself (`gap_blank`: the new code goes before the blank line);
 - `block_end`: the line after the last statement of an executed statement list (code appended to a block),
-  strongest for the innermost such list.
+  strongest for the innermost such list (`outer_end` otherwise).
 
 A candidate scores as its kind's weight times the spectrum score of the executed line it sits next to, so points by
 the most suspicious code lead; ties go to the spectrum's order of that line.
@@ -27,8 +30,11 @@ from pinpoint.localization.fusion import split_ties
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 
 #: how much each kind of point weighs against the spectrum score of the line it sits next to
-WEIGHTS = {"boundary": 1.0, "branch": 1.0, "block_end": 0.9, "stop": 0.8, "outer_end": 0.5}
-TOP_FUNCTIONS = 5
+WEIGHTS = {"boundary": 1.0, "branch": 1.0, "gap": 0.9, "block_end": 0.9, "stop": 0.8, "outer_end": 0.6,
+           "gap_blank": 0.5}
+TOP_FUNCTIONS = 10
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+             *((ast.TryStar,) if hasattr(ast, "TryStar") else ()), *((ast.Match,) if hasattr(ast, "Match") else ()))
 _BODIES = ("body", "orelse", "finalbody")
 
 
@@ -64,8 +70,9 @@ def _function_node(tree: ast.AST, def_line: int) -> ast.AST | None:
                  and n.lineno == def_line), None)
 
 
-def _points_in(function: ast.AST, failed: set[int], passed: set[int]) -> Iterator[tuple[int, str, int]]:
-    """(line, kind, anchor) for every candidate in one function."""
+def _points_in(function: ast.AST, failed: set[int], passed: set[int],
+               blank: set[int]) -> Iterator[tuple[int, str, int]]:
+    """(line, kind, anchor) for every candidate in one function (`blank`: the file's blank lines)."""
     lists = [body for body in _statement_lists(function)]
     executed = [body for body in lists if any(s.lineno in failed for s in body)]
     for body in executed:
@@ -75,6 +82,10 @@ def _points_in(function: ast.AST, failed: set[int], passed: set[int]) -> Iterato
             if before.lineno in failed and after.lineno not in failed:
                 yield after.lineno, "boundary", before.lineno
                 yield before.lineno, "stop", before.lineno
+            elif before.lineno in failed and (isinstance(before, _COMPOUND) or before.end_lineno + 1 in blank):
+                yield after.lineno, "gap", after.lineno
+                if before.end_lineno + 1 in blank:
+                    yield before.end_lineno + 1, "gap_blank", after.lineno
         last = body[-1]
         if last.lineno in failed:
             yield last.end_lineno + 1, "block_end" if innermost else "outer_end", last.lineno
@@ -107,7 +118,8 @@ def insertion_points(evidence: ExecutionEvidence, sources: Sources, top_function
             continue
         failed = {n for t in evidence.failing for n in t.lines.get(function.path, ())}
         passed = {n for t in evidence.passing for n in t.lines.get(function.path, ())}
-        for line, kind, anchor in _points_in(node, failed, passed):
+        blank = {i for i, row in enumerate(text.splitlines(), 1) if not row.strip()}
+        for line, kind, anchor in _points_in(node, failed, passed, blank):
             spectrum = by_line.get((function.path, anchor))
             point = InsertionPoint(function.path, line, kind, anchor, WEIGHTS[kind] * (spectrum.score if spectrum else 0))
             old = best.get((point.path, point.line))

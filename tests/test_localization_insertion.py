@@ -67,8 +67,8 @@ def test_a_missing_branch_is_found_where_the_spectrum_ties_it_with_its_whole_pat
         assert GOLD_LINE in [s.line for s in spectrum] and spectrum[0].line != GOLD_LINE
         points = insertion_points(evidence, Sources(runtime))
         kinds = {(p.line, p.kind) for p in points}
-        # line 3's branch: passing runs take it, the failing one does not, so code after it may be missing
-        assert (GOLD_LINE, "branch") in kinds
+        # after line 3's `if` (passing runs take its branch, the failing one does not), before the next statement
+        assert (GOLD_LINE, "gap") in kinds or (GOLD_LINE, "branch") in kinds
         assert [p.line for p in points].index(GOLD_LINE) < 3
         assert all(p.path == "pkg/parse.py" for p in points)
         suspects = InsertionLocalizer(evidence, Sources(runtime)).localize(None)

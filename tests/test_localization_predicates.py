@@ -115,18 +115,22 @@ def test_switches_run_forked_in_the_runner_implicate_the_faulty_predicate_and_ar
         assert CALC.splitlines()[7].strip() == "if count > 3:"
 
 
-def test_the_agents_execution_signals_split_ties_with_switches_and_record_every_targeted_signal(calc_repo, tmp_path):  # noqa: F811
+def test_the_agents_execution_signals_fuse_switches_or_split_ties_with_them_and_record_every_targeted_signal(
+        calc_repo, tmp_path):  # noqa: F811
     from pinpoint.localization.failing_tests import ExecutionSignals, FailingTests
     from pinpoint.localization.suspects import LocalizationRequest
 
     with LocalRuntime(calc_repo) as runtime:
         tests = FailingTests("oracle", FAILING, PASSING, python=sys.executable)
-        execution = ExecutionSignals(runtime, tests, budget_s=60, predicates=PredicateConfig(cache_dir=tmp_path),
-                                     insertion=True)
-        assert [loc.name for loc in execution.localizers()] == ["spectrum", "ldb"]  # tie-breaks, not members
-        spectrum = execution.suspects("spectrum", LocalizationRequest())
-        assert any("predicates:" in s.evidence for s in spectrum)
-        record = execution.record()
+        member = ExecutionSignals(runtime, tests, budget_s=60, predicates=PredicateConfig(cache_dir=tmp_path))
+        assert [loc.name for loc in member.localizers()] == ["spectrum", "ldb", "predicates"]  # the default
+        assert member.suspects("predicates", LocalizationRequest())[0].start_line == 8
+        assert not any("predicates:" in s.evidence for s in member.suspects("spectrum", LocalizationRequest()))
+        split = ExecutionSignals(runtime, tests, budget_s=60, insertion=True,
+                                 predicates=PredicateConfig(cache_dir=tmp_path, fuse_member=False))
+        assert [loc.name for loc in split.localizers()] == ["spectrum", "ldb"]  # tie-breaks, not members
+        assert any("predicates:" in s.evidence for s in split.suspects("spectrum", LocalizationRequest()))
+        record = split.record()
         assert record["predicates"]["suspects"][0]["start_line"] == 8
         assert record["predicates"]["status"] == "finished" and record["insertion"]["suspects"]
         assert "mbfl" not in record  # off here
