@@ -556,14 +556,16 @@ class DockerRuntime(GitWorktreeRuntime):
         """The container's overlay2 layers on the host, when readable here (see `outside_tree`)."""
         return self._layers
 
-    def digest(self, patterns: list[str] | None) -> str | None:
-        """sha256 of the working tree's files whose name matches `patterns` (None: all), or None off the server
-        channel. Reads only, starts no process."""
+    def digest(self, patterns: list[str] | None, *, stats: bool = False) -> str | None:
+        """sha256 of the working tree's files whose name matches `patterns` (None: all), or with `stats` of every
+        entry's lstat (changes whenever anything is written there); None off the server channel. Reads only, starts
+        no process."""
         self._check_usable()
         if self.channel != "server":
             return None
         try:
-            status = self._call({"op": "digest", "root": self.workdir, "patterns": patterns}, wait_s=120)
+            status = self._call({"op": "digest", "root": self.workdir, "patterns": patterns, "stats": stats},
+                                wait_s=120)
         except _ChannelLost as exc:
             raise self._lost(exc, "hashing the working tree") from exc
         return status.get("sha256") if status.get("ok") else None

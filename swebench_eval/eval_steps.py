@@ -1,4 +1,4 @@
-"""The official eval script as typed steps, so a warm box can run it in two parts and skip a reinstall it already did.
+"""The official eval script as typed steps, so a warm box can run it in parts and skip a reinstall it already did.
 
 The script `scripts.eval_script` writes stays the source of truth: it is parsed back into steps (a heredoc or a
 shell function is one step), never rewritten per repository. Kinds: `header` (shebang, `set`), `env` (`export`,
@@ -68,14 +68,30 @@ def install_patterns(steps: list[Step]) -> list[str] | None:
     return list(INSTALL_RELEVANT) if installs and all(" -e " in f" {t} " for t in installs) else None
 
 
-def split(steps: list[Step], skip_install: str | None = None) -> tuple[str, str]:
-    """(part one: through the install steps, part two: the rest with the header and env steps again); with
-    `skip_install` (why) each install step is replaced by a no-op that says so in the log (`set -x` echoes it)."""
-    last = max((i for i, s in enumerate(steps) if s.kind == "install"), default=-1)
-    first = [_skipped(s, skip_install) if s.kind == "install" and skip_install else s.text for s in steps[:last + 1]]
-    again = [s.text for s in steps[:last + 1] if s.kind in ("header", "env")]
-    second = again + [s.text for s in steps[last + 1:]]
-    return "\n".join(first) + "\n", "\n".join(second) + "\n"
+@dataclass(frozen=True)
+class Parts:
+    """The script in three runs: the steps before the install, the install steps (empty when there are none), the
+    rest; each but the first starts with the header and env steps again (a new shell)."""
+
+    before: str
+    install: str
+    after: str
+
+
+def split(steps: list[Step], skip_install: str | None = None) -> Parts:
+    """The three parts of `steps`; with `skip_install` (why) each install step is replaced by a no-op that says so in
+    the log (`set -x` echoes it)."""
+    installs = [i for i, s in enumerate(steps) if s.kind == "install"]
+    first, last = (installs[0], installs[-1]) if installs else (len(steps), len(steps) - 1)
+    again = [s.text for s in steps[:first] if s.kind in ("header", "env")]
+    install = [_skipped(s, skip_install) if s.kind == "install" and skip_install else s.text
+               for s in steps[first:last + 1]]
+    return Parts(_join([s.text for s in steps[:first]]), _join(again + install) if installs else "",
+                 _join(again + [s.text for s in steps[last + 1:]]))
+
+
+def _join(texts: list[str]) -> str:
+    return "\n".join(texts) + "\n"
 
 
 def _skipped(step: Step, why: str) -> str:

@@ -8,11 +8,12 @@ Two things a fresh container gets for free are proven here instead:
   image file modified or deleted, or anything the install part made that moved since, and the box is recreated.
   A box is compared with its state right after the container started until it first graded. Where the upper layer
   cannot be read from here, every grading recreates the box (fresh).
-- **The reinstall it already did.** The eval script is run in two parts (eval_steps: through the install steps, then
-  the rest); the install is skipped only when a sha256 of the tree's install-relevant files (eval_steps.
-  install_patterns: the packaging files and extension sources for an editable install, every file for one that
-  copies the package) equals the digest of the tree this box last installed successfully, with nothing outside the
-  tree moved since. Otherwise it runs, exactly as written.
+- **The reinstall it already did.** The eval script is run in three parts (eval_steps: the steps before the install,
+  the install, the rest); the install is skipped only when a sha256 of the tree's install-relevant files
+  (eval_steps.install_patterns: the packaging files and extension sources for an editable install, every file for
+  one that copies the package) equals the digest of the tree this box last installed, with nothing outside the tree
+  moved since. That last install succeeded, or failed without writing anything in the tree or outside it (pip
+  refusing an offline editable install): the same inputs fail the same way. Otherwise it runs, exactly as written.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ class WarmState:
     """What one grader box remembers between gradings; a recreated container (another id) starts a new one."""
 
     container: str
-    #: digest of the install-relevant files of the tree the box last installed successfully
+    #: digest of the install-relevant files of the tree the box last installed: successfully, or failing without
+    #: writing anything (`install_failed`: an offline reinstall that pip refuses, as on pytest's rows)
     install_digest: str | None = None
+    install_failed: bool = False
     #: the writes outside the tree right after the last install part (at first, right after the container
     #: started); None: unknown (not readable here, or the install part timed out)
     baseline: dict[str, Entry] | None = None
@@ -92,42 +95,82 @@ def warm_reset(box: DockerRuntime) -> WarmState:
     return state
 
 
+class _Runs:
+    """The parts of one eval script run one after another within one timeout, joined into one result."""
+
+    def __init__(self, box: DockerRuntime, timeout: float) -> None:
+        self.box, self.left, self.parts = box, timeout, []
+
+    def run(self, script: str) -> CommandResult:
+        self.box.write_file(PART_PATHS[len(self.parts) % 2], script)
+        done = self.box.run(f"/bin/bash {PART_PATHS[len(self.parts) % 2]}", timeout=max(self.left, 1.0))
+        self.left -= done.duration_s
+        self.parts.append(done)
+        return done
+
+    @property
+    def timed_out(self) -> bool:
+        return any(p.timed_out for p in self.parts)
+
+    def result(self) -> CommandResult:
+        last = self.parts[-1]
+        return CommandResult(last.exit_code, "".join(p.output for p in self.parts), self.timed_out,
+                             sum(p.duration_s for p in self.parts), last.stopped_by)
+
+
 def run_warm(box: DockerRuntime, script: str, timeout: float) -> CommandResult:
-    """Run the eval script on a box `warm_reset` just prepared: the install part (skipped when proven redundant),
-    a snapshot of the writes outside the tree, then the rest. One result, as a single run would give."""
+    """Run the eval script on a box `warm_reset` just prepared: the steps before the install, the install (skipped
+    when proven redundant), a listing of the writes outside the tree, then the rest. One result, as one run gives."""
     state = state_of(box)
     steps = eval_steps.parse(script)
-    digest = box.digest(eval_steps.install_patterns(steps)) if eval_steps.has_install(steps) else None
-    skip = state.verified and digest is not None and digest == state.install_digest
-    why = f"the install-relevant files hash to {digest[:16]}, as when this box last ran it" if skip else None
-    first, second = eval_steps.split(steps, why)
-    parts = []
-    if eval_steps.has_install(steps):
-        box.write_file(PART_PATHS[0], first)
-        parts.append(box.run(f"/bin/bash {PART_PATHS[0]}", timeout=timeout))
-    state.skipped_installs += skip
-    state.install_digest = digest if parts and parts[0].ok else None
-    state.baseline = box.outside_tree(PART_PATHS) if not parts or not parts[0].timed_out else None
+    runs = _Runs(box, timeout)
+    if not eval_steps.has_install(steps):
+        runs.run(script)
+    else:
+        plain = eval_steps.split(steps)
+        runs.run(plain.before)
+        digest = box.digest(eval_steps.install_patterns(steps)) if not runs.timed_out else None
+        if state.verified and digest is not None and digest == state.install_digest:
+            why = (f"the install-relevant files hash to {digest[:16]}, as when this box last ran it"
+                   + (" (it failed then and wrote nothing)" if state.install_failed else ""))
+            runs.run(eval_steps.split(steps, why).install)
+            state.skipped_installs += 1
+        elif not runs.timed_out:
+            _install(box, runs, plain.install, digest, state)
+        if not runs.timed_out:
+            state.baseline = box.outside_tree(PART_PATHS)
+            runs.run(plain.after)
+    if runs.timed_out:
+        state.baseline = None
+    elif not eval_steps.has_install(steps):
+        state.baseline = box.outside_tree(PART_PATHS)
     state.verified = False
-    left = timeout - sum(p.duration_s for p in parts)
-    if not parts or not parts[0].timed_out:
-        box.write_file(PART_PATHS[1], second)
-        parts.append(box.run(f"/bin/bash {PART_PATHS[1]}", timeout=max(left, 1.0)))
-    last = parts[-1]
-    return CommandResult(last.exit_code, "".join(p.output for p in parts), last.timed_out,
-                         sum(p.duration_s for p in parts), last.stopped_by)
+    return runs.result()
+
+
+def _install(box: DockerRuntime, runs: _Runs, script: str, digest: str | None, state: WarmState) -> None:
+    """Run the install part and record what a later grading may skip: a success, or a failure that wrote nothing
+    (in the tree or outside it), which fails the same way again on the same files."""
+    outside, tree = box.outside_tree(PART_PATHS), box.digest(None, stats=True)
+    done = runs.run(script)
+    clean = (not done.ok and not done.timed_out and outside is not None and tree is not None
+             and box.outside_tree(PART_PATHS) == outside and box.digest(None, stats=True) == tree)
+    state.install_digest = digest if done.ok or clean else None
+    state.install_failed = not done.ok
 
 
 def prime(box: DockerRuntime, instance: Instance, timeout: float = 1800.0) -> WarmState:
-    """What a warm pool does for a new grader box before its first grading: the install part on the base tree, so
-    the first patch that leaves the install-relevant files alone skips it."""
-    warm_reset(box)
+    """What a warm pool does for a new grader box before its first grading: the eval script's steps through the
+    install on the base tree, so the first patch that leaves the install-relevant files alone skips it."""
+    state = warm_reset(box)
     steps = eval_steps.parse(eval_script(instance, spec_for(instance)))
-    state = state_of(box)
     if eval_steps.has_install(steps):
+        runs = _Runs(box, timeout)
+        plain = eval_steps.split(steps)
+        runs.run(plain.before)
         digest = box.digest(eval_steps.install_patterns(steps))
-        box.write_file(PART_PATHS[0], eval_steps.split(steps)[0])
-        done = box.run(f"/bin/bash {PART_PATHS[0]}", timeout=timeout)
-        state.install_digest = digest if done.ok else None
+        _install(box, runs, plain.install, digest, state)
+        if state.install_failed and state.install_digest is None:  # a first failure may leave caches (bytecode)
+            _install(box, runs, plain.install, digest, state)
     state.baseline = box.outside_tree(PART_PATHS)
     return state

@@ -38,21 +38,22 @@ def test_an_editable_install_depends_on_the_packaging_files_a_copying_one_on_eve
     assert eval_steps.install_patterns(eval_steps.parse(_script(REQUESTS))) is None
 
 
-def test_split_runs_the_install_first_and_says_when_it_is_skipped():
+def test_split_runs_the_install_apart_and_says_when_it_is_skipped():
     steps = eval_steps.parse(_script(FLASK))
-    first, second = eval_steps.split(steps, "same digest")
-    assert first.rstrip().endswith(": 'pinpoint: skipped `python -m pip install -e .`: same digest'")
-    assert "pip install" not in second and "pytest -rA" in second and "pytest" not in first
-    assert second.startswith("#!/bin/bash\nset -uxo pipefail\nexport TZ=UTC")  # a new shell gets the env again
-    first_run, _ = eval_steps.split(steps)
-    assert first_run.rstrip().endswith("python -m pip install -e .")
+    parts = eval_steps.split(steps, "same digest")
+    assert parts.install.rstrip().endswith("\n: 'pinpoint: skipped `python -m pip install -e .`: same digest'")
+    assert "git show" in parts.before and "pip install" not in parts.before + parts.after
+    assert "pytest -rA" in parts.after and "pytest" not in parts.before + parts.install
+    for part in (parts.install, parts.after):  # a new shell gets the env again
+        assert part.startswith("#!/bin/bash\nset -uxo pipefail\nexport TZ=UTC") and "cd /testbed\n" in part
+    assert eval_steps.split(steps).install.rstrip().endswith("\npython -m pip install -e .")
 
 
 def test_a_pip_install_line_inside_a_heredoc_is_not_an_install_step():
     script = "#!/bin/bash\ngit apply - <<'EOF_1'\npip install evil\nEOF_1\npytest\n"
     steps = eval_steps.parse(script)
     assert [s.kind for s in steps] == ["header", "command", "command"]
-    assert eval_steps.split(steps) == ("\n", "#!/bin/bash\n" + script.split("\n", 1)[1])
+    assert not eval_steps.has_install(steps) and eval_steps.split(steps).before == script
 
 
 def _layers(tmp_path: Path) -> Layers:
