@@ -244,6 +244,22 @@ class Tree:
         self.git_sig = self.git_signature()
         self.git_modes = self.modes_under(self.gitdir)
 
+    def drop_stale_bytecode(self, bytecode, unchanged):
+        """Of the new `__pycache__` entries met, keep the .pyc files whose source is in `unchanged` (a base file with
+        its base stat: Python checks a .pyc against its source's mtime and size, both the base's again, and this
+        bytecode was compiled from exactly that content); remove the rest. Returns how many were removed."""
+        removed = 0
+        for rel, path, kind in sorted(bytecode, key=lambda item: item[0].count("/"), reverse=True):
+            if kind == "f" and bytecode_source(rel) in unchanged:
+                continue
+            if kind == "d":
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)  # only once empty
+                continue
+            remove(path, kind)
+            removed += 1
+        return removed
+
     @staticmethod
     def modes_under(top):
         """Mode of every entry under `top` (git's folder is small: tens of entries in these images)."""
@@ -295,14 +311,18 @@ class Tree:
                 sig.append((name, None))
         return sig
 
-    def reset(self):
+    def reset(self, keep_bytecode=False):
         """One walk of the tree: what differs from the manifest is put back, what is new is deleted; then what the
-        walk did not meet (deleted entries) is recreated."""
-        changed, removed, seen = 0, set(), set()
+        walk did not meet (deleted entries) is recreated. `keep_bytecode`: a `__pycache__/<name>.*.pyc` whose
+        source `<name>.py` is a base file the walk found unchanged stays (see `kept_bytecode`)."""
+        changed, removed, seen, bytecode, touched = 0, set(), set(), [], set()
         for rel, path, kind, st in list(self.walk()):
             if removed and self.under(rel, removed):
                 continue
             expected = "d" if rel in self.dirs else "l" if rel in self.links else "f" if rel in self.files else None
+            if keep_bytecode and expected is None and is_bytecode(rel, kind, self.dirs):
+                bytecode.append((rel, path, kind))
+                continue
             if expected != kind or (kind == "l" and os.readlink(path) != self.links[rel]):
                 remove(path, kind)
                 if kind == "d":
@@ -312,6 +332,7 @@ class Tree:
             seen.add(rel)
             if kind == "f" and self.sig(st) != self.files[rel]:
                 self.restore_file(rel)
+                touched.add(rel)
                 changed += 1
             elif kind == "d" and st.st_mode != self.dirs[rel]:  # chmod games on folders (000, a-w) are undone too
                 os.chmod(path, self.dirs[rel] & 0o7777)
@@ -329,10 +350,13 @@ class Tree:
             if rel not in seen:
                 os.symlink(target, os.path.join(self.root, rel))
                 changed += 1
+        restored = set()
         for rel in self.files:
             if rel not in seen:
                 self.restore_file(rel)
+                restored.add(rel)
                 changed += 1
+        changed += self.drop_stale_bytecode(bytecode, seen - restored - touched)
         changed += self.restore_git_modes()
         git_reset = self.git_signature() != self.git_sig
         if git_reset:
@@ -369,6 +393,21 @@ class Tree:
         os.chmod(path, mode & 0o7777)
         os.utime(path, ns=(mtime_ns, mtime_ns))
         self.files[rel] = self.sig(os.lstat(path))
+
+
+def is_bytecode(rel, kind, base_dirs):
+    """A `__pycache__` folder in a base folder, or a plain `.pyc` file in one."""
+    parent, name = os.path.split(rel)
+    if kind == "d":
+        return name == "__pycache__" and parent in base_dirs
+    return kind == "f" and name.endswith(".pyc") and os.path.basename(parent) == "__pycache__" \
+        and os.path.dirname(parent) in base_dirs
+
+
+def bytecode_source(rel):
+    """`pkg/__pycache__/mod.cpython-311.pyc` (or pytest's `mod.cpython-311-pytest-7.2.pyc`) -> `pkg/mod.py`."""
+    cache = os.path.dirname(rel)
+    return os.path.join(os.path.dirname(cache), os.path.basename(rel).split(".", 1)[0] + ".py")
 
 
 def stat_is_link(mode):
@@ -430,7 +469,7 @@ def reset(req):
     if tree is None:
         return {"ok": False, "message": "no snapshot of " + req["root"]}
     try:
-        return tree.reset()
+        return tree.reset(bool(req.get("keep_bytecode")))
     except (OSError, subprocess.CalledProcessError) as exc:
         return {"ok": False, "message": str(exc)}
 

@@ -172,6 +172,9 @@ class DockerRuntime(GitWorktreeRuntime):
         self._cleanup = weakref.finalize(self, self._owned.release)
         self.channel = "exec"
         self._fast_reset = False
+        #: in-place resets keep the tree's bytecode of unchanged base files (the command server's `keep_bytecode`:
+        #: a grader box that runs the same tests again); False: every file created since the start goes
+        self.keep_bytecode = False
         self._layers: Layers | None = None
         #: `outside_tree()` right after the container started (None: not readable here): what a reused box is
         #: compared with before anything has recorded a later state
@@ -535,7 +538,8 @@ class DockerRuntime(GitWorktreeRuntime):
             raise RuntimeBroken(f"runtime on {self.image} is closed")
         if not recreate and self.container is not None and not self._recreate_next_reset:
             with contextlib.suppress(_ChannelLost):
-                if self._fast_reset and self._call({"op": "reset", "root": self.workdir}).get("ok"):
+                request = {"op": "reset", "root": self.workdir, "keep_bytecode": self.keep_bytecode}
+                if self._fast_reset and self._call(request).get("ok"):
                     return
             with contextlib.suppress(RuntimeFailure, docker.errors.APIError, requests.RequestException):
                 if self._reset_tree():

@@ -69,7 +69,9 @@ def state_of(box: DockerRuntime) -> WarmState:
 
 
 def warm_reset(box: DockerRuntime) -> WarmState:
-    """The tree back to its base state and, outside it, back to what the last install part left (or a new box)."""
+    """The tree back to its base state (but the bytecode of unchanged base files, which Python checks against them)
+    and, outside it, back to what the last install part left (or a new box)."""
+    box.keep_bytecode = True
     box.reset()
     state = state_of(box)
     state.verified = False

@@ -148,3 +148,29 @@ def test_a_warm_box_skips_the_reinstall_and_undoes_what_the_tests_left(flask_box
     assert state_of(box).last_reset.startswith("recreated (changed outside the tree")
     assert box.container.id != container and box.read_file(image_file) == before
     assert verdict.outcome == "resolved"
+
+
+def test_a_reset_keeping_bytecode_keeps_only_that_of_unchanged_base_files(tmp_path):
+    import py_compile
+
+    from pinpoint.environments.container_server import Tree
+
+    root = tmp_path / "tree"
+    (root / "pkg").mkdir(parents=True)
+    for name in ("a", "b"):
+        (root / f"pkg/{name}.py").write_text(f"X = {name!r}\n")
+    tree = Tree(str(root), str(tmp_path / "store"), "base", 1 << 30)
+
+    def compiled(name: str) -> Path:
+        return Path(py_compile.compile(str(root / f"pkg/{name}.py"), doraise=True))
+
+    a_pyc = compiled("a")
+    (root / "pkg/b.py").write_text("X = 'patched'\n")
+    b_pyc = compiled("b")
+    (root / "pkg/c.py").write_text("X = 'new'\n")
+    c_pyc = compiled("c")
+    tree.reset(keep_bytecode=True)
+    assert a_pyc.exists() and not b_pyc.exists() and not c_pyc.exists()  # b's bytecode was of the patch
+    assert (root / "pkg/b.py").read_text() == "X = 'b'\n" and not (root / "pkg/c.py").exists()
+    tree.reset()
+    assert not a_pyc.exists() and not (root / "pkg/__pycache__").exists()
