@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_llm_server import FakeScriptedLLMServer, http_error
+from fake_llm_server import FakeScriptedLLMServer, http_error, tool_call
 from pinpoint.agent.batch import Carried, _landed, solve_task
 from pinpoint.agent.config import load_config
 from pinpoint.agent.runner import RunInterrupted
@@ -91,3 +91,27 @@ def test_a_carried_grading_hands_back_the_report_folder_a_local_grading_writes(t
     assert away.verdict.resolved and away.verdict.outcome == here.verdict.outcome == "resolved"
     assert away.report.files["patch.diff"] == written.files["patch.diff"]
     assert json.loads(away.report.files["report.json"])[instance.instance_id]["resolved"] is True
+
+
+@pytest.mark.docker
+def test_a_carried_batch_task_with_evaluate_hands_back_its_report_and_the_driver_can_reuse_it(tmp_path):
+    from pinpoint.swebench_eval.datasets import load_instances
+    from pinpoint.swebench_eval.predictions import Prediction
+    from pinpoint.swebench_eval.run import reusable_report
+    from test_agent_docker import INSTANCE, gold_edits
+
+    instance = load_instances(ids=[INSTANCE])[0]
+    script = [tool_call("str_replace_editor", e) for e in gold_edits(instance.patch)]
+    driver = RunLayout("dev", "fake-gold-replay", tmp_path / "driver-runs")
+    with FakeScriptedLLMServer(script + [tool_call("submit", {}), tool_call("submit", {})]) as fake:
+        config = load_config(overrides=[f"llm.base_url={fake.base_url}", "llm.model=fake-gold-replay",
+                                        "search.policy=none"])
+        carried = solve_task(instance, config, driver, True, None, False, carry=FolderFiles())
+    assert carried.error is None and carried.solved.graded["outcome"] == "resolved"
+    assert not (tmp_path / "driver-runs").exists()
+    assert {"report.json", "test_output.txt", "patch.diff"} <= set(carried.report.files)
+    _landed(Outcome(INSTANCE, value=carried), driver)
+    prediction = Prediction(INSTANCE, carried.solved.result.patch, "fake-gold-replay")
+    reused = reusable_report(driver.eval_dir(INSTANCE), prediction)  # what a resumed `eval` on the driver finds
+    assert reused is not None and reused.resolved
+    assert json.loads((driver.trajectory_dir(INSTANCE) / "trajectory.json").read_text())["runtime"] == "DockerRuntime"
