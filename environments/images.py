@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 import docker
+import requests
 from pinpoint.environments import engine, image_cache, paths
 from pinpoint.environments.errors import PinpointError
 from pinpoint.environments.labels import MANAGED_LABEL, RUN_LABEL, container_labels
@@ -166,6 +167,9 @@ def ensure_image(tag: str, build: Callable[[], None], log=print) -> Literal["cac
     return how
 
 
+#: what a registry that does not answer looks like: the engine's error, or the engine's stream stalling past the
+#: client's timeout
+_REGISTRY_ERRORS = (docker.errors.APIError, requests.exceptions.RequestException)
 #: registries that did not answer in this process (said once, not tried again), and references known to be there
 _DEAD_REGISTRIES: set[str] = set()
 _IN_REGISTRY: set[str] = set()
@@ -183,7 +187,7 @@ def pull_from_registry(tag: str, log=print) -> bool:
         image = client.images.pull(*split_tag(ref))
     except docker.errors.NotFound:
         return False
-    except docker.errors.APIError as exc:
+    except _REGISTRY_ERRORS as exc:
         _registry_failed(reg, exc, log)
         return False
     image.tag(*split_tag(tag))
@@ -206,7 +210,7 @@ def push_to_registry(tag: str, log=print) -> bool:
     try:
         errors = [line["error"] for line in client.images.push(repository, tag=version, stream=True, decode=True)
                   if "error" in line]
-    except docker.errors.APIError as exc:
+    except _REGISTRY_ERRORS as exc:
         errors = [str(exc)]
     finally:
         with contextlib.suppress(docker.errors.APIError):
