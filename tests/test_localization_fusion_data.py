@@ -57,7 +57,8 @@ def test_frozen():
 def stats_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("fusion-data-stats")
     files = {"pkg/__init__.py": "", "pkg/stats.py": STATS, "pkg/frozen.py": FROZEN, "tests/test_stats.py": TESTS,
-             "conftest.py": ""}
+             "conftest.py": "", "examples/demo/tests/test_demo.py": "def test_demo():\n    pass\n",
+             "examples/demo/tests/conftest.py": "import demo_not_installed\n"}  # an example with its own install
     for path, text in files.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
@@ -71,7 +72,7 @@ CONFIG = corpus.CorpusConfig(per_repo=4, baseline_budget_s=60, trace_budget_s=60
 
 def test_the_baseline_keeps_each_passing_tests_coverage_and_is_read_back(stats_repo, tmp_path):
     with LocalRuntime(stats_repo) as runtime:
-        assert corpus.test_files(runtime) == ["tests/test_stats.py"]
+        assert corpus.test_files(runtime) == ["tests/test_stats.py"]  # the suite, not the example's tests
         evidence = corpus.baseline(runtime, ["tests/test_stats.py"], CONFIG, tmp_path / "baseline.json.gz")
     assert sorted(t.nodeid.rsplit("::", 1)[1] for t in evidence.passing) == [
         "test_empty", "test_frozen", "test_mean", "test_spread"]

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pinpoint.environments.errors import PinpointError
 from pinpoint.localization.blocks import innermost_function
 from pinpoint.localization.execution import ExecutionEvidence, LineScore, Sources, TracedTest, run_traced
 from pinpoint.localization.lab.corpora import patch_gold_lines
@@ -101,10 +102,14 @@ def box_instance(instances: Sequence):
 
 
 def test_files(runtime) -> list[str]:
-    """The repository's test modules (`test_*.py`, `*_test.py`), as `git ls-files` lists them."""
+    """The repository's test modules (`test_*.py`, `*_test.py`) in the top-level folder that holds most of them:
+    the suite itself (`tests/`, `testing/`), not examples whose own conftest needs an install of their own."""
     listing = runtime.run("git ls-files '*.py'", timeout=120).output.splitlines()
-    names = [p for p in listing if is_test_path(p) and p.endswith(".py")]
-    return [p for p in names if p.rsplit("/", 1)[-1].startswith("test_") or p.endswith("_test.py")]
+    names = [p for p in listing if is_test_path(p) and (p.rsplit("/", 1)[-1].startswith("test_")
+                                                      or p.endswith("_test.py"))]
+    folders = Counter(p.split("/", 1)[0] for p in names if "/" in p)
+    suite = folders.most_common(1)[0][0] if folders else None
+    return [p for p in names if suite is None or p.startswith(f"{suite}/")]
 
 
 def baseline(runtime, files: Sequence[str], config: CorpusConfig, cache: Path) -> ExecutionEvidence:
@@ -118,6 +123,9 @@ def baseline(runtime, files: Sequence[str], config: CorpusConfig, cache: Path) -
         cached = {"tests": [{"nodeid": t.nodeid, "duration_s": t.duration_s,
                              "lines": {p: sorted(ls) for p, ls in t.lines.items()}} for t in evidence.passing],
                   "summary": evidence.summary()}
+        if not cached["tests"]:  # nothing to screen against: say why, and try again next time
+            raise PinpointError(f"no test passed on the unmutated code: {evidence.summary()}; "
+                               f"{evidence.log_tail[-300:]}")
         write_row(cache, cached)
     tests = [TracedTest(t["nodeid"], "passed", duration_s=t["duration_s"],
                         lines={p: frozenset(ls) for p, ls in t["lines"].items()}) for t in cached["tests"]]
@@ -369,15 +377,16 @@ def format_validation(report: dict) -> str:
     """The leave-one-repository-out table, per repository the deciding figures, and the verdict."""
     corpus = ", ".join(f"{k} {v}" for k, v in sorted(report["corpus"].items()))
     lines = [f"leave one repository out on {report['dev_rows']} dev rows (oracle); mutant corpus: {corpus}",
-             f"{'ranker':<20}" + "".join(f"{m:>13}" for m in HEADLINE)]
-    lines += [f"{name:<20}" + "".join(f"{values[m]:>13.3f}" for m in HEADLINE)
+             f"{'ranker':<26}" + "".join(f"{m:>13}" for m in HEADLINE)]
+    lines += [f"{name:<26}" + "".join(f"{values[m]:>13.3f}" for m in HEADLINE)
               for name, values in report["table"].items()]
     names = list(report["table"])
+    width = max(map(len, names)) + 2
     lines.append(f"per repository, {' / '.join(DECIDING)}:")
-    lines.append(f"{'repo':<20}{'rows':>5}" + "".join(f"{n:>20}" for n in names))
+    lines.append(f"{'repo':<20}{'rows':>5}" + "".join(f"{n:>{width}}" for n in names))
     for repo, values in report["per_repo"].items():
         lines.append(f"{repo:<20}{report['dev_repos'][repo]:>5}"
-                     + "".join(f"{' / '.join(f'{values[n][m]:.2f}' for m in DECIDING):>20}" for n in names))
+                     + "".join(f"{' / '.join(f'{values[n][m]:.2f}' for m in DECIDING):>{width}}" for n in names))
     for name, beats in report["beats"].items():
         gaps = ", ".join(f"{m} {report['table'][name][m] - report['table']['rrf'][m]:+.3f}" for m in DECIDING)
         lines.append(f"{name}: {'beats' if beats else 'does not beat'} reciprocal rank on both ({gaps})")
