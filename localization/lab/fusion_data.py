@@ -108,7 +108,8 @@ def test_files(runtime) -> list[str]:
     names = [p for p in listing if is_test_path(p) and (p.rsplit("/", 1)[-1].startswith("test_")
                                                       or p.endswith("_test.py"))]
     folders = Counter(p.split("/", 1)[0] for p in names if "/" in p)
-    suite = folders.most_common(1)[0][0] if folders else None
+    depth = {f: min(p.count("/") for p in names if p.startswith(f"{f}/")) for f in folders}
+    suite = max(folders, key=lambda f: (folders[f], -depth[f])) if folders else None  # a tie: the one nearer the top
     return [p for p in names if suite is None or p.startswith(f"{suite}/")]
 
 
