@@ -157,13 +157,16 @@ def run_traced(
     python: str = DEFAULT_PYTHON,
     pytest_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    trace: bool = True,
 ) -> ExecutionEvidence:
     """Run pytest ids in `runtime` under the trace runner; never writes into the repository (all of it goes to a
-    fresh folder under /tmp, removed afterwards). `failing`: the tests expected to fail (see ExecutionEvidence)."""
+    fresh folder under /tmp, removed afterwards). `failing`: the tests expected to fail (see ExecutionEvidence;
+    the other tests trace only the code those ran). `trace` false: outcomes only, nothing traced."""
     folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
     options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
                "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
-               "targets": [t.to_json() for t in targets]}
+               "targets": [t.to_json() for t in targets], "failing": list(failing) if failing else None,
+               "trace": trace}
     runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
     runtime.write_file(f"{folder}/input.json", json.dumps(options))
     command = (f"{python} {folder}/trace_runner.py {folder}/input.json > {folder}/log.txt 2>&1; "

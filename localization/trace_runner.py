@@ -150,20 +150,36 @@ def _boring(obj):
 
 
 class Tracer:
-    """Line coverage of repository files, switched on and off around each test's call phase."""
+    """Line coverage of repository files, switched on and off around each test's call phase.
+
+    What it traces line by line, to keep the overhead where the evidence is:
+    - with `failing` ids in the options, a test they name traces every repository code object, and the others
+      (the passing sample) only the code objects a failing test ran: a line no failing test runs never scores, so
+      tracing the rest would cost without changing the spectrum;
+    - with `targets` (the LDB run), only the target functions, for their block states;
+    - with `trace` false, nothing (the failing tests' own untraced run, the baseline of tracing's cost)."""
 
     def __init__(self, root, options):
         self.root = os.path.realpath(root)
         self.own = os.path.realpath(__file__)
         self.files = {}
-        self.lines = {}  # path -> {line: the tick of its last execution}
+        self.lines = {}  # path -> {line: the tick of its last execution} (a failing test) or {line} (the others)
         self.clock = itertools.count()
         self.options = options
         self.recorders = {}
         for target in options.get("targets", []):
             path = os.path.realpath(os.path.join(self.root, target["path"]))
             self.recorders.setdefault(path, []).append(Recorder(target, options))
+        self.by_code = {}  # code object -> its Recorder, or None
+        self.failing = options.get("failing")
+        self.reached = set()  # the code objects the failing tests ran
+        self.full = True  # whether the current test traces every repository code object
+        self.enabled = options.get("trace", True)
         self.active = False
+
+    def begin(self, nodeid):
+        """Before a test: a failing one (or any, without `failing`) traces in full, the others only reached code."""
+        self.full = self.failing is None or any(covers(w, nodeid) for w in self.failing)
 
     def relative(self, filename):
         """The repository-relative path of a code object's file, or None for anything outside the repository."""
@@ -178,23 +194,45 @@ class Tracer:
         return rel
 
     def recorder(self, code):
+        """The target Recorder of a code object, looked up once per code object (a realpath costs system calls)."""
+        if code in self.by_code:
+            return self.by_code[code]
+        found = None
         for rec in self.recorders.get(os.path.realpath(code.co_filename), ()):
             target = rec.target
             if code.co_name == target["name"] and target["first_line"] <= code.co_firstlineno <= target["def_line"]:
-                return rec
-        return None
+                found = rec
+                break
+        self.by_code[code] = found
+        return found
 
     def global_trace(self, frame, event, arg):
         if event != "call" or not self.active:
             return None
-        rel = self.relative(frame.f_code.co_filename)
+        code = frame.f_code
+        if self.recorders:
+            rec = self.recorder(code)
+            if rec is None:
+                return None
+            return rec.tracer(self.lines.setdefault(self.relative(code.co_filename), {}), self.clock)
+        if not self.full:
+            if code not in self.reached:
+                return None
+            seen = self.lines.setdefault(self.files[code.co_filename], set())
+            add = seen.add
+
+            def reached(frame, event, arg):
+                if event == "line":
+                    add(frame.f_lineno)
+                return reached
+
+            return reached
+        rel = self.relative(code.co_filename)
         if rel is None:
             return None
+        self.reached.add(code)
         lines = self.lines.setdefault(rel, {})
-        rec = self.recorder(frame.f_code) if self.recorders else None
         clock = self.clock
-        if rec is not None:
-            return rec.tracer(lines, clock)
 
         def local(frame, event, arg):
             if event == "line":
@@ -204,6 +242,8 @@ class Tracer:
         return local
 
     def start(self):
+        if not self.enabled:
+            return
         self.active = True
         threading.settrace(self.global_trace)
         sys.settrace(self.global_trace)
@@ -217,7 +257,8 @@ class Tracer:
         """This test's covered lines, the most recently run of them (closest to a failure first), and block traces;
         clears them for the next test."""
         lines = {path: sorted(found) for path, found in self.lines.items() if found}
-        ticks = [(tick, path, line) for path, found in self.lines.items() for line, tick in found.items()]
+        ticks = [(tick, path, line) for path, found in self.lines.items() if isinstance(found, dict)
+                 for line, tick in found.items()]
         recent = [[path, line] for _, path, line in heapq.nlargest(RECENT_LINES, ticks)]
         blocks = {}
         for recs in self.recorders.values():
@@ -284,6 +325,7 @@ class Plugin:
         self.current = {"kind": "test", "nodeid": item.nodeid, "outcome": "passed", "message": "", "frames": [],
                         "started": time.time(), "timed_out": False}
         self.seen.add(item.nodeid)
+        self.tracer.begin(item.nodeid)
         if hasattr(signal, "SIGALRM"):
             signal.signal(signal.SIGALRM, self.alarm)
             signal.setitimer(signal.ITIMER_REAL, self.per_test)
@@ -457,6 +499,7 @@ def run_plain(options, sink, tracer, started, why):
         except Exception as exc:
             sink.write(dict(record, outcome="error", message=_cut(f"import error: {type(exc).__name__}: {exc}", 1500)))
             continue
+        tracer.begin(nodeid)
         record.update(_call_plain(test, tracer, per_test))
         record["duration_s"] = round(time.time() - began, 3)
         record["lines"], record["recent"], record["blocks"] = tracer.take()

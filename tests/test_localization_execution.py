@@ -177,6 +177,25 @@ def test_a_test_past_its_timeout_and_a_module_failing_at_import_give_clear_parti
     assert runs["tests/test_calc.py::test_no_such_test"].outcome == "not_found"
 
 
+def test_passing_tests_trace_only_the_code_the_failing_tests_ran_and_the_spectrum_stays_the_same(runtime):
+    tests = FAILING + PASSING
+    full = run_traced(runtime, tests, python=sys.executable)
+    focused = run_traced(runtime, tests, failing=FAILING, python=sys.executable)
+    describe = next(t for t in focused.tests if t.nodeid.endswith("::test_describe"))
+    assert describe.outcome == "passed" and 14 not in describe.lines["pkg/calc.py"]  # describe: no failing test ran it
+    assert 10 in describe.lines["pkg/calc.py"] and "tests/test_calc.py" not in describe.lines
+    assert 14 in next(t for t in full.tests if t.nodeid.endswith("::test_describe")).lines["pkg/calc.py"]
+    assert focused.failing[0].lines == full.failing[0].lines and focused.failing[0].recent == full.failing[0].recent
+
+    def spectrum(evidence):
+        return [(s.path, s.line, s.ef, s.ep, s.score) for s in rank_lines(evidence, include_tests=True)]
+
+    assert spectrum(focused) == spectrum(full)
+    untraced = run_traced(runtime, tests, trace=False, python=sys.executable)
+    assert [(t.nodeid, t.outcome) for t in untraced.tests] == [(t.nodeid, t.outcome) for t in full.tests]
+    assert all(not t.lines for t in untraced.tests) and untraced.failing[0].frames  # the failure still said
+
+
 def test_tests_past_the_overall_budget_are_not_run(runtime):
     tests = ["tests/test_slow.py::test_short_sleep", *PASSING]
     evidence = run_traced(runtime, tests, budget_s=1.0, python=sys.executable)
