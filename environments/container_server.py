@@ -435,8 +435,8 @@ def snapshot(req):
 
 
 def digest(req):
-    """sha256 over the files under `root` (not `.git`) whose name matches one of `patterns` (fnmatch on the base
-    name; None: every file): each one's relative path, kind, executable bit and content, in path order. The grader
+    """sha256 over the files under `root` (not `.git`, not `__pycache__`) whose name matches one of `patterns`
+    (fnmatch on the base name; None: every file): each one's relative path, kind, executable bit and content, in path order. The grader
     compares it with the digest of the tree its box last installed, to know an install would do the same again.
     With `stats`, every entry's lstat instead of contents (a cheap "did anything write here" between two calls)."""
     root, patterns, stats = req["root"], req.get("patterns"), bool(req.get("stats"))
@@ -444,6 +444,8 @@ def digest(req):
     for parent, dirs, files in os.walk(root):
         if parent == root and ".git" in dirs:
             dirs.remove(".git")
+        if "__pycache__" in dirs and not stats:  # bytecode: derived from the sources, which Python checks it against
+            dirs.remove("__pycache__")
         names = files + dirs if stats else files + [d for d in dirs if os.path.islink(os.path.join(parent, d))]
         for name in names:
             if patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns):
