@@ -255,8 +255,9 @@ class ExecutionSignals:
             if runs is not None:
                 record[name] = {"summary": runs.summary(), "status": runs.status, "suspects": [
                     s.to_dict() for s in self.suspects(name, LocalizationRequest())[:20]]}
-        if self.insertion and self.spectrum is not None:
-            record["insertion"] = {"suspects": [s.to_dict() for s in self.suspects("insertion", LocalizationRequest())[:20]]}
+        if self.spectrum is not None and self.spectrum.failing:  # cheap (no run): recorded even when not used
+            points = ins.InsertionLocalizer(self.spectrum, Sources(self.runtime)).localize(LocalizationRequest())
+            record["insertion"] = {"used": self.insertion, "suspects": [s.to_dict() for s in points[:20]]}
         if self.traces is not None:
             record["blocks"] = [s.to_dict() for s in self.suspects("ldb", LocalizationRequest())]
         return record
