@@ -174,3 +174,25 @@ def test_a_reset_keeping_bytecode_keeps_only_that_of_unchanged_base_files(tmp_pa
     assert (root / "pkg/b.py").read_text() == "X = 'b'\n" and not (root / "pkg/c.py").exists()
     tree.reset()
     assert not a_pyc.exists() and not (root / "pkg/__pycache__").exists()
+
+
+def test_the_install_digest_follows_the_packaging_files_not_the_modules_nor_bytecode(tmp_path):
+    from pinpoint.environments.container_server import digest
+
+    (tmp_path / "pkg/__pycache__").mkdir(parents=True)
+    (tmp_path / "setup.py").write_text("setup()\n")
+    (tmp_path / "pkg/_version.py").write_text("v = '1'\n")
+    (tmp_path / "pkg/mod.py").write_text("x = 1\n")
+
+    def relevant() -> str:
+        return digest({"root": str(tmp_path), "patterns": list(eval_steps.INSTALL_RELEVANT)})["sha256"]
+
+    base = relevant()
+    (tmp_path / "pkg/mod.py").write_text("x = 2\n")
+    (tmp_path / "pkg/__pycache__/_version.cpython-311.pyc").write_bytes(b"bytecode")
+    assert relevant() == base
+    (tmp_path / "setup.py").write_text("setup(name='other')\n")
+    assert relevant() != base
+    everything = digest({"root": str(tmp_path), "patterns": None})["sha256"]
+    (tmp_path / "pkg/mod.py").write_text("x = 3\n")
+    assert digest({"root": str(tmp_path), "patterns": None})["sha256"] != everything
