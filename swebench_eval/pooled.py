@@ -14,6 +14,9 @@ Two things a fresh container gets for free are proven here instead:
   one that copies the package) equals the digest of the tree this box last installed, with nothing outside the tree
   moved since. That last install succeeded, or failed without writing anything in the tree or outside it (pip
   refusing an offline editable install): the same inputs fail the same way. Otherwise it runs, exactly as written.
+- **The bytecode it already compiled.** The box's in-place reset keeps the `.pyc` files of unchanged base files
+  (`DockerRuntime.keep_bytecode`; Python checks each against its source's mtime and size, the base's again) and
+  drops that of every changed, restored or new source, so the tests do not recompile the package per grading.
 """
 
 from __future__ import annotations
