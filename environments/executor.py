@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,6 +177,28 @@ class _Ledger:
         return list(self.started_at)
 
 
+class _Host:
+    """The Ray actor of `run_on_workers`: one `factory(*init)`, and where it runs (its node, its pid, the run id
+    its boxes carry), so that the boxes of an actor lost with its node can be reaped on that node's engine."""
+
+    def __init__(self, factory: Callable[..., Any], init: tuple[Any, ...]) -> None:
+        self.worker = factory(*init)
+
+    def where(self) -> Started:
+        import ray
+        from pinpoint.environments.labels import RUN_ID
+
+        return Started(ray.get_runtime_context().get_node_id(), os.getpid(), RUN_ID)
+
+    def run(self, *args: Any) -> Any:
+        return self.worker.run(*args)
+
+    def close(self) -> None:
+        close = getattr(self.worker, "close", None)
+        if close is not None:
+            close()
+
+
 def _reap(boxes: list[tuple[str, int]]) -> int:
     """Runs on the node whose engine held a lost item's boxes: removes the containers of each (run id, pid)
     whose starting process is gone (`labels.prune_containers`); how many were removed."""
@@ -213,6 +236,8 @@ class RayExecutor:
     `docker_slots` boxes and this machine's CPUs); `retries` resubmissions after a lost worker or node."""
 
     name = "ray"
+    #: how long calls lost with an actor wait for its restart (its node back, or room elsewhere) before TaskLost
+    restart_limit_s = 300.0
 
     def __init__(self, address: str | None = None, *, docker_slots: int = 1, retries: int = 1,
                  env_names: Iterable[str] = ()) -> None:
@@ -387,8 +412,6 @@ class RayExecutor:
         """Before `run` returns: the reaps under way, and those whose engine has a live node now, done (up to
         `limit_s`); a lost node gets `return_grace_s` to come back (a restarted machine rejoins in seconds) before
         its boxes are left in `unreaped` (`pinpoint env prune --run-id` removes them)."""
-        import time
-
         started = time.monotonic()
         while time.monotonic() - started < limit_s:
             self._reap_where_back()
@@ -403,28 +426,87 @@ class RayExecutor:
                        workers: int, concurrency: int = 1, needs: Needs = Needs()) -> Iterator[Outcome]:
         """`workers` Ray actors `factory(*init)`, each holding `needs` (its boxes count against its node's
         `docker`) and running `concurrency` calls `.run(*item.args)` at once; a group's items go to one actor.
-        A call lost with its actor is resubmitted `retries` times (to the actor Ray restarts), then TaskLost."""
+        A call lost with its actor waits for Ray to restart it and is made again there, `retries` times, then
+        it is TaskLost; the lost instance's boxes are reaped on its engine once a node using it is alive."""
         items = list(items)
         self._fits(needs)
         options: dict[str, Any] = {"num_cpus": needs.cpus, "max_concurrency": max(1, concurrency),
                                    "max_restarts": self.retries, "max_task_retries": 0}
         if needs.docker:
             options["resources"] = {"docker": needs.docker}
-        remote = self.ray.remote(**options)(factory)
-        actors = [remote.remote(*init) for _ in range(max(1, workers))]
+        remote = self.ray.remote(**options)(_Host)
+        actors = [remote.remote(factory, init) for _ in range(max(1, workers))]
+        homes = [self._where(actor) for actor in actors]  # where each actor's current instance runs
         pending = {actors[w].run.remote(*item.args): (item, w, 1)
                    for item, w in zip(items, assign_groups(items, len(actors)), strict=True)}
+        parked: dict[int, tuple[float, list[tuple[Item, int]]]] = {}  # actor -> (since, calls awaiting its restart)
         try:
-            while pending:
-                ready, _ = self.ray.wait(list(pending), num_returns=1)
+            while pending or parked:
+                watched = list(pending) + [homes[w] for w in parked]
+                polling = bool(parked) or bool(self.unreaped) or bool(self._reaping)
+                ready, _ = self.ray.wait(watched, num_returns=1, timeout=1.0 if polling else None)
+                self._reap_where_back()
+                self._collect_reaps(timeout=0)
+                yield from self._resume(parked, homes, actors, pending)
+                if not ready or ready[0] not in pending:
+                    continue
                 item, w, attempt = pending.pop(ready[0])
                 outcome = self._collect_call(ready[0], item, attempt)
-                if outcome is None:
-                    pending[actors[w].run.remote(*item.args)] = (item, w, attempt + 1)
-                else:
+                if outcome is not None:
                     yield outcome
+                    continue
+                if w not in parked:  # its actor was lost: its boxes to reap, its calls parked until it is back
+                    homes[w] = self._actor_lost(actors[w], homes[w])
+                    parked[w] = (time.monotonic(), [])
+                parked[w][1].append((item, attempt + 1))
         finally:
             self._release(actors, pending)
+        self._finish_reaps()
+
+    def _where(self, actor: Any) -> Any:
+        """The ref that answers where `actor` runs: retried by Ray through a restart, so it answers once the
+        restarted instance is up (an error once the actor has no restart left)."""
+        return actor.where.options(max_task_retries=-1).remote()
+
+    def _actor_lost(self, actor: Any, home: Any) -> Any:
+        """An actor was lost: the boxes of the instance that ran (as `home` says) are to be reaped on its engine
+        once a node using it is alive; the ref that will say where its restart runs."""
+        ready, _ = self.ray.wait([home], timeout=0)
+        if not ready:
+            return home  # that instance never answered (it died starting): its restart's answer is still to come
+        with _suppress_ray(self.ray):
+            started = self.ray.get(home)
+            engine = self.engines.get(started.node)
+            box = (engine, started.run_id, started.pid)
+            if engine is not None and box not in self.unreaped:
+                self.unreaped.append(box)
+        return self._where(actor)
+
+    def _resume(self, parked: dict[int, tuple[float, list[tuple[Item, int]]]], homes: list[Any],
+                actors: list[Any], pending: dict[Any, Any]) -> list[Outcome]:
+        """The calls parked while their actor restarts: made again once the restart answers (a call sent while
+        Ray still deems the dead actor alive fails at once, ActorUnavailableError); TaskLost when the actor
+        cannot restart (no restart left) or has not within `restart_limit_s`."""
+        lost = []
+        for w, (since, calls) in list(parked.items()):
+            if self.ray.wait([homes[w]], timeout=0)[0]:
+                try:
+                    self.ray.get(homes[w])
+                    why = ""
+                except self.ray.exceptions.RayError as exc:
+                    why = f"not restarted ({type(exc).__name__})"
+            elif time.monotonic() - since > self.restart_limit_s:
+                why = f"not restarted within {self.restart_limit_s:.0f} s"
+            else:
+                continue
+            del parked[w]
+            for item, attempt in calls:
+                if why:
+                    lost.append(Outcome(item.key, attempts=attempt,
+                                        error=TaskLost(f"{item.key}: its Ray worker was lost and {why}")))
+                else:
+                    pending[actors[w].run.remote(*item.args)] = (item, w, attempt)
+        return lost
 
     def _collect_call(self, ref: Any, item: Item, attempt: int) -> Outcome | None:
         """An actor call's outcome, or None when its actor was lost and the call is to be made again."""

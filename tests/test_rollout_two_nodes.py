@@ -1,0 +1,112 @@
+"""`pinpoint rollout --backend ray` on the two-node cluster of tests/two_nodes.py (the second node on a second
+dockerd): one episode worker (a Ray actor holding 2 `docker` units) per node, so the two tasks' boxes run on the
+two engines; the rows are those `--backend local` writes. Then the same rollout with the second node's processes
+SIGKILLed once its engine holds a box of the run, and the node restarted: the run still completes, every
+(task, sample) is written once, and no box of the run is left on either engine.
+
+The policy is the scripted gold (a FAKE that replays the reference patch); the tasks are real SWE-bench rows in
+their real instance images (moved to the second engine with `docker save | docker load`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from test_node_loss import _boxes, _wait
+from test_two_nodes import INSTANCES, _creates, _image_tags
+from two_nodes import RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, assert_nothing_left
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+
+def _command(tasks: Path, out: Path, address: str | None) -> list[str]:
+    ray = ["--backend", "ray", "--address", address] if address else []
+    return [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
+            "--samples-per-task", "2", "--workers", "2", "--containers-per-worker", "2", "--reward", "precise",
+            "--out", str(out), *ray]
+
+
+def _env(run_id: str) -> dict[str, str]:
+    drop = ("PYTHONPATH", "RAY_ADDRESS", "DOCKER_HOST")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **RAY_ENV, "PINPOINT_RUN_ID": run_id}
+
+
+def _lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _stable(rows: list[dict]) -> list[tuple]:
+    return sorted((r["task_id"], r["sample"], r["status"], r["reward"], r["patch"]) for r in rows)
+
+
+def _rollout_spread_over_both(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster, engine: SecondEngine,
+                              images: dict[str, str]) -> list[dict]:
+    """The rollout on the cluster: its rows, after checking each task's boxes ran on one engine, both used."""
+    run_id, since = uuid.uuid4().hex[:12], str(int(time.time()) - 1)
+    done = subprocess.run(_command(tasks, tmp_path / "ray.jsonl", cluster.address), cwd=tmp_path,
+                          env=_env(run_id), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    main, second = _creates(None, since, run_id), _creates(engine.host, since, run_id)
+    assert set(main) | set(second) == set(images.values()), (main, second)
+    assert set(main) and set(second) and not set(main) & set(second), (main, second)  # a task on one engine
+    assert _boxes(None, run_id) == [] and _boxes(engine.host, run_id) == []  # each worker closed its pool
+    return _lines(tmp_path / "ray.jsonl")
+
+
+def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster, engine: SecondEngine) -> str:
+    """The rollout with the second node killed mid-run and restarted; its stderr."""
+    run_id, log, out = uuid.uuid4().hex[:12], tmp_path / "lost.log", tmp_path / "lost.jsonl"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(_command(tasks, out, cluster.address), cwd=tmp_path, env=_env(run_id), stdout=sink,
+                                stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)
+        assert cluster.kill_second(), "no process of the second node to kill"
+        cluster.start_second()  # back under a new node id, on the same engine
+        assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _boxes(None, run_id) == [], "a box of the run is left on the main engine"
+    assert _boxes(engine.host, run_id) == [], "the lost worker's boxes were not reaped when its node came back"
+    return log.read_text(errors="replace")
+
+
+def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(tmp_path: Path, docker_client) -> None:
+    tags = {i: _image_tags(i) for i in INSTANCES}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"instance_id": i}) + "\n" for i in INSTANCES))
+    local = subprocess.run(_command(tasks, tmp_path / "local.jsonl", None), cwd=tmp_path,
+                           env=_env(uuid.uuid4().hex[:12]), capture_output=True, text=True, timeout=900)
+    assert local.returncode == 0, (local.stdout + local.stderr)[-3000:]
+    expected = _stable(_lines(tmp_path / "local.jsonl"))
+    assert [row[:2] for row in expected] == [(i, s) for i in sorted(INSTANCES) for s in range(2)]
+    try:
+        engine = SecondEngine().start()
+    except EngineUnavailable as exc:
+        pytest.skip(f"no second Docker engine here: {exc}")
+    cluster = TwoNodeCluster(engine.host, cpus=2, docker=2)
+    try:
+        for pair in tags.values():
+            for tag in pair:
+                engine.load_from_main(tag)
+        cluster.start()
+        rows = _rollout_spread_over_both(tmp_path, tasks, cluster, engine, {i: t for i, (_, t) in tags.items()})
+        assert _stable(rows) == expected
+        log = _rollout_with_node_loss(tmp_path, tasks, cluster, engine)
+        lost = _lines(tmp_path / "lost.jsonl")
+        failed = [r for r in lost if r["status"] == "infra_failure"]
+        assert not failed, (failed, log[-3000:])
+        assert _stable(lost) == expected  # every (task, sample) written once, with the rows of the local backend
+    finally:
+        cluster.stop()
+        engine.stop()
+    assert_nothing_left(cluster, engine)
