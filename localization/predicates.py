@@ -63,8 +63,9 @@ class PredicateConfig:
     slack_s: float = 45.0
     budget_s: float | None = None
     cache_dir: Path | None = DEFAULT_CACHE
-    #: fuse `predicates` as a member (on 21 dev rows: fused line Hit@10 0.29 -> 0.38, file Acc@1 0.43 -> 0.52,
-    #: nothing lower); as the spectrum's tie-break instead it lost a row at line Hit@10, so it is not one by default
+    #: fuse `predicates` as a member, its passing switches leading the top file (`fusion.SWITCH_LEAD`; on 21 dev
+    #: rows fused line Hit@10 0.29 -> 0.38, Hit@1 0.05 -> 0.10, file Acc@1 0.43 -> 0.52, nothing lower); as the
+    #: spectrum's tie-break instead it lost a row at line Hit@10, so it is not one by default
     fuse_member: bool = True
 
     def harness(self) -> MbflConfig:

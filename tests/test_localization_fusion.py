@@ -88,3 +88,18 @@ def test_interleaved_file_order_keeps_bm25s_top_half_at_every_k():
         assert view[0] == bm25[0]
         for k in range(1, len(bm25) + 1):
             assert set(bm25[: (k + 1) // 2]) <= set(view[:k])
+
+
+def test_predicates_whose_switch_makes_failing_tests_pass_lead_the_top_file_ahead_of_the_spectrum():
+    spectrum = [Suspect("a.py", n, n, 1.0 - n / 100, "spectrum") for n in (3, 4, 5)] + [
+        Suspect("b.py", 9, 9, 0.5, "spectrum")]
+    predicates = [Suspect("a.py", 7, 7, 1.0, "predicates"), Suspect("a.py", 7, 12, 0.5, "predicates"),
+                  Suspect("b.py", 2, 2, 1.0, "predicates"),  # not in the top file: no lead
+                  Suspect("a.py", 8, 8, 0.1, "predicates")]  # changed the failure but none passed: no lead
+    fused = fuse({"spectrum": spectrum, "predicates": predicates})
+    assert [(s.path, s.start_line, s.end_line) for s in fused[:4]] == [
+        ("a.py", 7, 7), ("a.py", 3, 3), ("a.py", 4, 4), ("a.py", 5, 5)]
+    assert fused[0].evidence.startswith("[predicates lead #1")
+    assert all(a.score >= b.score for a, b in zip(fused, fused[1:], strict=False))
+    without = fuse({"spectrum": spectrum, "predicates": predicates[3:]})
+    assert [s.start_line for s in without[:3]] == [3, 4, 5]  # the spectrum's lead, as before
