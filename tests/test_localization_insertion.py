@@ -99,3 +99,18 @@ diff --git a/pkg/parse.py b/pkg/parse.py
      return None
 """
     assert insertion_gold(patch) == {"pkg/parse.py": [GOLD_LINE]}  # line 6 is changed, not inserted before
+
+
+def test_the_bench_reports_how_many_rows_each_ranking_reaches_an_insertions_gold_line():
+    from pinpoint.localization.lab.localize_bench import insertion_reach, signal_cost
+
+    rows = [{"gold_lines": {"a.py": [5, 9]}, "insertion_gold": {"a.py": [5]},
+             "signals": {"insertion": {"top_lines": [["a.py", 2], ["a.py", 5]]}, "spectrum": {"top_lines": [["a.py", 9]]}}},
+            {"gold_lines": {"b.py": [3]}, "insertion_gold": {},
+             "signals": {"insertion": {"top_lines": [["b.py", 3]]}, "spectrum": {"top_lines": []}}}]
+    line = insertion_reach(rows)
+    assert line.startswith("insertions: 1 of 3 gold lines on 1/2 rows") and "insertion 1, spectrum 0" in line
+    costs = [{"predicates_seconds": 10.0, "predicates_ran": 4, "execution_seconds": 5.0, "failing_test_seconds": 0.1},
+             {"predicates_seconds": 90.0, "predicates_ran": 6, "execution_seconds": 5.0, "failing_test_seconds": 0.1,
+              "failing_run_seconds": 2.0}]
+    assert signal_cost("predicates", costs).endswith("within 3x + 60 s on 1/2 rows")  # 90 > 3 x 2 + 60
