@@ -206,8 +206,7 @@ class SwitchEvidence:
         return self.runs.seconds
 
     def summary(self) -> str:
-        return f"{len(self.predicates)} switches of {len(set(self.predicates.values()))} predicates: " + \
-            self.runs.summary().split(" ", 2)[-1]
+        return f"{len(set(self.predicates.values()))} predicates switched: {self.runs.summary()}"
 
 
 def collect_switches(runtime: Runtime, evidence: ExecutionEvidence, sources: Sources,
