@@ -67,8 +67,9 @@ def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster
         proc = subprocess.Popen(_command(tasks, out, cluster.address), cwd=tmp_path, env=_env(run_id), stdout=sink,
                                 stderr=subprocess.STDOUT)
     try:
-        _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)
+        box, _ = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
         assert cluster.kill_second(), "no process of the second node to kill"
+        assert box in {b for b, _ in _boxes(engine.host, run_id)}  # the lost worker's box outlived it
         cluster.start_second()  # back under a new node id, on the same engine
         assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]
     finally:
