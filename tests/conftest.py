@@ -11,9 +11,12 @@ from pinpoint.environments.repo_image import extract_shared_repo
 @pytest.fixture(autouse=True, scope="session")
 def _no_user_config(tmp_path_factory: pytest.TempPathFactory):
     """Every test (and the CLI it starts in a subprocess) reads an empty XDG config folder, never the developer's
-    own ~/.config/pinpoint/config.yaml; a test that wants a user file sets XDG_CONFIG_HOME itself."""
+    own ~/.config/pinpoint/config.yaml (a test that wants a user file sets XDG_CONFIG_HOME itself), and a run
+    without --runs-dir writes under a temporary folder, never into the checkout's ./runs (where a run left by an
+    older version would refuse the next one's settings)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    mp.setenv("PINPOINT_RUNS", str(tmp_path_factory.mktemp("runs")))
     yield
     mp.undo()
 
