@@ -31,8 +31,10 @@ def test_format_row_names_both_ways_and_the_load():
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_pooled_gives_the_fresh_per_test_verdicts_on_a_real_row_gold_and_empty():
-    """psf__requests-1142 graded fresh and in one warm box (gold first, then empty on the same box)."""
+    """psf__requests-1142 graded fresh and in one warm, primed box (gold first, then empty on the same box); its
+    copying install (`pip install .`) is rerun for every tree it has not installed."""
     from pinpoint.swebench_eval.datasets import load_instances
     from pinpoint.swebench_eval.grading_bench import bench_row
     from pinpoint.swebench_eval.sources import RepoSources
@@ -43,4 +45,5 @@ def test_pooled_gives_the_fresh_per_test_verdicts_on_a_real_row_gold_and_empty()
     assert row["empty"]["fresh_outcome"] == row["empty"]["pooled_outcome"] == "unresolved"
     assert row["gold"]["tests"] > 0 and row["empty"]["tests"] > 0
     assert row["gold"]["differences"] == [] and row["empty"]["differences"] == []
-    assert row["agree"]
+    assert row["agree"] and row["prime_s"] > 0
+    assert not row["gold"]["install_skipped"] and not row["empty"]["install_skipped"]
