@@ -270,6 +270,34 @@ class Tracer:
         return lines, recent, blocks
 
 
+class Budget:
+    """How long each test may run. The overall `budget_s` bounds the run; with `failing` ids named (they run
+    first), the passing tests after them get `passing_share` of the time the run took until then (at least
+    `passing_floor_s`): the failing phase says how slow this suite is, so a slow one stops sampling early."""
+
+    def __init__(self, options, started):
+        self.started = started
+        self.deadline = started + options.get("budget_s", 600.0)
+        self.why = f"overall budget of {options.get('budget_s', 600.0):g}s spent"
+        self.per_test = options.get("per_test_timeout", 60.0)
+        self.failing = options.get("failing")
+        self.share = options.get("passing_share", 1.0)
+        self.floor = options.get("passing_floor_s", 5.0)
+        self.passing_phase = False
+
+    def limit(self, nodeid):
+        """The seconds this test may take (its alarm); 0 or less: it is not run (`why` says why)."""
+        now = time.time()
+        if self.failing is not None and not self.passing_phase and not any(covers(w, nodeid) for w in self.failing):
+            self.passing_phase = True
+            allowed = max(self.floor, self.share * (now - self.started))
+            if now + allowed < self.deadline:
+                self.deadline = now + allowed
+                self.why = (f"passing-test budget of {allowed:.1f}s spent ({self.share:g}x the "
+                            f"{now - self.started:.1f}s until the failing tests had run)")
+        return min(self.per_test, self.deadline - now)
+
+
 def _cut(text, limit=2000):
     text = str(text)
     return text if len(text) <= limit else "..." + text[-limit:]
@@ -282,8 +310,7 @@ class Plugin:
         self.options = options
         self.sink = sink
         self.tracer = tracer
-        self.deadline = started + options.get("budget_s", 600.0)
-        self.per_test = options.get("per_test_timeout", 60.0)
+        self.budget = Budget(options, started)
         self.wanted = list(options["tests"])
         self.seen = set()
         self.collect_errors = {}
@@ -317,25 +344,24 @@ class Plugin:
 
     # -- one test ---------------------------------------------------------------------------------------------------
     def pytest_runtest_protocol(self, item, nextitem):
-        if time.time() > self.deadline:
-            self.seen.add(item.nodeid)
-            self.sink.write({"kind": "test", "nodeid": item.nodeid, "outcome": "not_run",
-                             "message": f"overall budget of {self.options.get('budget_s', 600.0):g}s spent"})
+        limit = self.budget.limit(item.nodeid)
+        self.seen.add(item.nodeid)
+        if limit <= 0:
+            self.sink.write({"kind": "test", "nodeid": item.nodeid, "outcome": "not_run", "message": self.budget.why})
             return True  # claims the item: pytest runs nothing of it
         self.current = {"kind": "test", "nodeid": item.nodeid, "outcome": "passed", "message": "", "frames": [],
-                        "started": time.time(), "timed_out": False}
-        self.seen.add(item.nodeid)
+                        "started": time.time(), "timed_out": False, "limit": limit}
         self.tracer.begin(item.nodeid)
         if hasattr(signal, "SIGALRM"):
             signal.signal(signal.SIGALRM, self.alarm)
-            signal.setitimer(signal.ITIMER_REAL, self.per_test)
+            signal.setitimer(signal.ITIMER_REAL, limit)
         return None
 
     def alarm(self, signum, frame):
         if self.current is not None:
             self.current["timed_out"] = True
         signal.setitimer(signal.ITIMER_REAL, 2.0)  # again, if the test swallowed it
-        raise TestTimeout(f"test exceeded its {self.per_test:g}s timeout")
+        raise TestTimeout("test exceeded its time limit")
 
     def pytest_runtest_call(self, item):
         self.tracer.start()
@@ -373,9 +399,10 @@ class Plugin:
         if hasattr(signal, "SIGALRM"):
             signal.setitimer(signal.ITIMER_REAL, 0)
         test, self.current = self.current, None
+        limit = test.pop("limit")
         if test["timed_out"]:
             test["outcome"] = "timeout"
-            test["message"] = f"timed out after {self.per_test:g}s; {test['message']}"
+            test["message"] = f"timed out after {limit:.3g}s; {test['message']}"
         test["duration_s"] = round(time.time() - test.pop("started"), 3)
         test.pop("timed_out")
         test["lines"], test["recent"], test["blocks"] = self.tracer.take()
@@ -483,13 +510,14 @@ def run_plain(options, sink, tracer, started, why):
     """Without pytest (sympy's environments have none): each id is imported (not traced, as collection) and called
     with the tracer on; fixtures and parametrized ids need pytest and are reported so."""
     sys.path.insert(0, options["root"])
-    deadline, per_test = started + options.get("budget_s", 600.0), options.get("per_test_timeout", 60.0)
+    budget = Budget(options, started)
     for nodeid in options["tests"]:
         record = {"kind": "test", "nodeid": nodeid, "outcome": "passed", "message": "", "frames": [], "lines": {},
                   "blocks": {}, "duration_s": 0.0}
         began = time.time()
-        if began > deadline:
-            sink.write(dict(record, outcome="not_run", message="overall budget spent"))
+        limit = budget.limit(nodeid)
+        if limit <= 0:
+            sink.write(dict(record, outcome="not_run", message=budget.why))
             continue
         try:
             test = _plain_test(nodeid)
@@ -500,7 +528,7 @@ def run_plain(options, sink, tracer, started, why):
             sink.write(dict(record, outcome="error", message=_cut(f"import error: {type(exc).__name__}: {exc}", 1500)))
             continue
         tracer.begin(nodeid)
-        record.update(_call_plain(test, tracer, per_test))
+        record.update(_call_plain(test, tracer, limit))
         record["duration_s"] = round(time.time() - began, 3)
         record["lines"], record["recent"], record["blocks"] = tracer.take()
         sink.write(record)

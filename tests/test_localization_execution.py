@@ -205,6 +205,18 @@ def test_tests_past_the_overall_budget_are_not_run(runtime):
     assert all("overall budget" in t.message for t in evidence.tests if t.outcome == "not_run")
 
 
+def test_a_slow_suite_stops_sampling_passing_tests_once_their_share_of_the_run_is_spent(runtime):
+    tests = [*FAILING, "tests/test_slow.py::test_sleeps", *PASSING]
+    evidence = run_traced(runtime, tests, failing=FAILING, python=sys.executable)
+    runs = {t.nodeid: t for t in evidence.tests}
+    assert runs[FAILING[0]].outcome == "failed" and evidence.status == "finished"
+    sleeper = runs["tests/test_slow.py::test_sleeps"]  # cut at the passing tests' budget, not its 60 s timeout
+    assert sleeper.outcome == "timeout" and "timed out after 60s" not in sleeper.message
+    assert [runs[t].outcome for t in PASSING] == ["not_run"] * len(PASSING)
+    assert "passing-test budget" in runs[PASSING[0]].message
+    assert rank_lines(evidence)[0].failed == 1  # the failing evidence is kept
+
+
 def test_without_pytest_plain_test_functions_are_called_under_the_tracer(runtime, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     python = str(tmp_path / "bare" / "bin" / "python")  # no pytest in it, as in sympy's environments
