@@ -164,16 +164,14 @@ def _bench(args: argparse.Namespace) -> int:
 def _bench_grading(args: argparse.Namespace) -> int:
     import json
 
-    from pinpoint.swebench_eval.grading_bench import bench_grading, format_row
+    from pinpoint.swebench_eval.grading_bench import bench_grading, format_row, format_totals
 
     selection = selection_from_args(args)
     if not selection.instances:
         raise UsageError("no instance to grade (is its repository in --repos-dir?)")
     figures = bench_grading(selection.instances, selection.sources, timeout=args.timeout,
                             on_row=lambda row: print(format_row(row), flush=True))
-    print(f"rows agree {figures['rows_agree']}/{figures['rows_total']}; per graded patch fresh "
-          f"{figures['fresh_s_mean']}s, pooled {figures['pooled_s_mean']}s, fresh/pooled {figures['speedup_total']}x; "
-          f"load after {figures['load_average_after']}")
+    print(format_totals(figures))
     if args.json:
         write_json_atomic(Path(args.json), figures, indent=2)
     if args.print_json:

@@ -152,3 +152,11 @@ def format_row(row: dict[str, Any]) -> str:
                      f"{', install skipped' if r.get('install_skipped') else ''})")
     parts.append(f"load {' '.join(f'{x:.2f}' for x in row['load_average'])}")
     return "  ".join(parts)
+
+
+def format_totals(figures: dict[str, Any]) -> str:
+    """The closing line: rows that agree, time per graded patch each way, the ratio, installs skipped, the load."""
+    return (f"rows agree {figures['rows_agree']}/{figures['rows_total']}; per graded patch fresh "
+            f"{figures['fresh_s_mean']}s, pooled {figures['pooled_s_mean']}s, fresh/pooled {figures['speedup_total']}x;"
+            f" installs skipped {figures['installs_skipped']}/{2 * figures['rows_total']}; load after "
+            f"{figures['load_average_after']}")

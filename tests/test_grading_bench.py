@@ -4,7 +4,7 @@ empty, and the comparison itself on hand-made verdicts."""
 from __future__ import annotations
 
 import pytest
-from pinpoint.swebench_eval.grading_bench import Grading, differences, format_row
+from pinpoint.swebench_eval.grading_bench import Grading, differences, format_row, format_totals
 
 REQUIRED = {"FAIL_TO_PASS": {"success": ["t::a"], "failure": []}, "PASS_TO_PASS": {"success": ["t::b"], "failure": []}}
 
@@ -28,6 +28,12 @@ def test_format_row_names_both_ways_and_the_load():
             "speedup": 2.0}
     line = format_row({"instance": "x__y-1", "agree": True, "gold": half, "empty": half, "load_average": [1, 2, 3]})
     assert "agree" in line and "fresh 4.00s pooled 2.00s (2.0x)" in line and "load 1.00 2.00 3.00" in line
+
+
+def test_the_closing_line_says_how_many_installs_the_warm_boxes_skipped():
+    line = format_totals({"rows_agree": 2, "rows_total": 2, "fresh_s_mean": 4.0, "pooled_s_mean": 2.0,
+                          "speedup_total": 2.0, "installs_skipped": 3, "load_average_after": [1.0, 1.0, 1.0]})
+    assert "rows agree 2/2" in line and "fresh/pooled 2.0x" in line and "installs skipped 3/4" in line
 
 
 @pytest.mark.docker
