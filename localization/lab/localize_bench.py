@@ -538,7 +538,7 @@ def held_out(rows: Sequence[dict], folds: Sequence[tuple[list[dict], list[dict]]
     cache = {id(r): row_examples(r) for r in rows}
     out = []
     for train_rows, test_rows in folds:
-        if not test_rows:
+        if not test_rows or not train_rows:  # one repository alone has no other to train on: no `learned` for it
             continue
         model = train([cache[id(r)] for r in train_rows], trained_on=f"{len(train_rows)} rows")
         for row in test_rows:
