@@ -135,3 +135,26 @@ def test_the_agents_execution_signals_fuse_switches_or_split_ties_with_them_and_
         assert record["predicates"]["status"] == "finished" and record["insertion"]["suspects"]
         assert "mbfl" not in record  # off here
         assert member.record()["insertion"]["used"] is False and member.record()["insertion"]["suspects"]
+
+
+@pytest.mark.docker
+def test_switches_in_a_real_instance_box_run_leave_the_tree_alone_and_are_cached(docker_client, tmp_path):
+    from pinpoint.environments.docker_runtime import DockerRuntime
+    from pinpoint.swebench_eval.datasets import load_instances
+    from pinpoint.swebench_eval.images import build_instance_image
+
+    instance = load_instances(ids=["psf__requests-1142"])[0]
+    image = build_instance_image(instance).tag
+    with DockerRuntime(image, workdir="/testbed", network=False) as runtime:
+        runtime.write_file("/tmp/pinpoint-test.patch", instance.test_patch)
+        assert runtime.run("git apply /tmp/pinpoint-test.patch").ok
+        before = runtime.diff()
+        evidence = collect_spectrum(runtime, list(instance.FAIL_TO_PASS), list(instance.PASS_TO_PASS))
+        config = PredicateConfig(cache_dir=tmp_path)
+        switches = collect_switches(runtime, evidence, Sources(runtime), config)
+        assert switches.runs.status == "finished" and switches.runs.ran > 0, switches.runs.error
+        assert runtime.diff() == before
+        scores = PredicateLocalizer(switches, evidence).scores()
+        assert scores and all(0 <= s.score <= 1 for s in scores.values())
+        again = collect_switches(runtime, evidence, Sources(runtime), config)
+        assert again.runs.ran == 0 and all(r.cached for r in again.runs.results)
