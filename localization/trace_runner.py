@@ -272,8 +272,10 @@ class Tracer:
 
 class Budget:
     """How long each test may run. The overall `budget_s` bounds the run; with `failing` ids named (they run
-    first), the passing tests after them get `passing_share` of the time the run took until then (at least
-    `passing_floor_s`): the failing phase says how slow this suite is, so a slow one stops sampling early."""
+    first), the failing phase (the run until they had run: start, imports, collection, their traced calls) says how
+    slow this suite is: the passing tests after it get `passing_share` of that time in all (at least
+    `passing_floor_s`), and each one at most that phase's time (at least 1 s), so a slow suite stops sampling early
+    and one slow passing test does not take the whole share."""
 
     def __init__(self, options, started):
         self.started = started
@@ -282,7 +284,7 @@ class Budget:
         self.per_test = options.get("per_test_timeout", 60.0)
         self.failing = options.get("failing")
         self.share = options.get("passing_share", 1.0)
-        self.floor = options.get("passing_floor_s", 5.0)
+        self.floor = options.get("passing_floor_s", 10.0)
         self.passing_phase = False
 
     def limit(self, nodeid):
@@ -290,11 +292,13 @@ class Budget:
         now = time.time()
         if self.failing is not None and not self.passing_phase and not any(covers(w, nodeid) for w in self.failing):
             self.passing_phase = True
-            allowed = max(self.floor, self.share * (now - self.started))
+            phase = now - self.started
+            self.per_test = min(self.per_test, max(1.0, phase))
+            allowed = max(self.floor, self.share * phase)
             if now + allowed < self.deadline:
                 self.deadline = now + allowed
                 self.why = (f"passing-test budget of {allowed:.1f}s spent ({self.share:g}x the "
-                            f"{now - self.started:.1f}s until the failing tests had run)")
+                            f"{phase:.1f}s until the failing tests had run)")
         return min(self.per_test, self.deadline - now)
 
 

@@ -205,16 +205,30 @@ def test_tests_past_the_overall_budget_are_not_run(runtime):
     assert all("overall budget" in t.message for t in evidence.tests if t.outcome == "not_run")
 
 
-def test_a_slow_suite_stops_sampling_passing_tests_once_their_share_of_the_run_is_spent(runtime):
+def test_a_slow_passing_test_is_cut_at_the_failing_phases_time_and_the_sample_goes_on(runtime):
     tests = [*FAILING, "tests/test_slow.py::test_sleeps", *PASSING]
     evidence = run_traced(runtime, tests, failing=FAILING, python=sys.executable)
     runs = {t.nodeid: t for t in evidence.tests}
     assert runs[FAILING[0]].outcome == "failed" and evidence.status == "finished"
-    sleeper = runs["tests/test_slow.py::test_sleeps"]  # cut at the passing tests' budget, not its 60 s timeout
+    sleeper = runs["tests/test_slow.py::test_sleeps"]  # cut at the failing phase's time, not its 60 s timeout
     assert sleeper.outcome == "timeout" and "timed out after 60s" not in sleeper.message
-    assert [runs[t].outcome for t in PASSING] == ["not_run"] * len(PASSING)
-    assert "passing-test budget" in runs[PASSING[0]].message
-    assert rank_lines(evidence)[0].failed == 1  # the failing evidence is kept
+    assert [runs[t].outcome for t in PASSING] == ["passed"] * len(PASSING)  # one slow test takes not the whole share
+    assert rank_lines(evidence)[0].failed == 1 and rank_lines(evidence)[0].passed == len(PASSING)
+
+
+def test_the_passing_tests_get_the_failing_phases_share_of_time_and_then_none(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(trace_runner.time, "time", lambda: now[0])
+    budget = trace_runner.Budget({"failing": ["t.py::f"], "passing_share": 1.0, "passing_floor_s": 10.0}, 1000.0)
+    now[0] = 1003.0
+    assert budget.limit("t.py::f") == 60.0  # a failing test: its own timeout
+    now[0] = 1030.0  # the failing phase took 30 s: the passing tests get 30 s, each at most 30 s
+    assert budget.limit("t.py::p1") == 30.0
+    now[0] = 1050.0
+    assert budget.limit("t.py::p2") == 10.0
+    now[0] = 1061.0
+    assert budget.limit("t.py::p3") <= 0 and "passing-test budget of 30.0s" in budget.why
+    assert trace_runner.Budget({"failing": None}, 1000.0).limit("t.py::p") == 60.0  # no failing named: no share
 
 
 def test_without_pytest_plain_test_functions_are_called_under_the_tracer(runtime, tmp_path):
