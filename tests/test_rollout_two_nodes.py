@@ -1,8 +1,8 @@
 """`pinpoint rollout --backend ray` on the two-node cluster of tests/two_nodes.py (the second node on a second
 dockerd): one episode worker (a Ray actor holding 2 `docker` units) per node, so the two tasks' boxes run on the
-two engines; the rows are those `--backend local` writes. Then the same rollout with the second node's processes
-SIGKILLed once its engine holds a box of the run, and the node restarted: the run still completes, every
-(task, sample) is written once, and no box of the run is left on either engine.
+two engines. The second node's processes are SIGKILLed once its engine holds a box of the run, and the node is
+restarted: the run still completes with the rows `--backend local` writes, every (task, sample) once, each task's
+boxes on one engine, and no box of the run left on either engine (the lost worker's, which outlived it, reaped).
 
 The policy is the scripted gold (a FAKE that replays the reference patch); the tasks are real SWE-bench rows in
 their real instance images (moved to the second engine with `docker save | docker load`).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_node_loss import _boxes, _wait
-from test_two_nodes import INSTANCES, _creates, _image_tags
+from test_two_nodes import INSTANCES, _image_tags
 from two_nodes import RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, assert_nothing_left
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -46,23 +46,32 @@ def _stable(rows: list[dict]) -> list[tuple]:
     return sorted((r["task_id"], r["sample"], r["status"], r["reward"], r["patch"]) for r in rows)
 
 
-def _rollout_spread_over_both(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster, engine: SecondEngine,
-                              images: dict[str, str]) -> list[dict]:
-    """The rollout on the cluster: its rows, after checking each task's boxes ran on one engine, both used."""
-    run_id, since = uuid.uuid4().hex[:12], str(int(time.time()) - 1)
-    done = subprocess.run(_command(tasks, tmp_path / "ray.jsonl", cluster.address), cwd=tmp_path,
-                          env=_env(run_id), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    main, second = _creates(None, since, run_id), _creates(engine.host, since, run_id)
-    assert set(main) | set(second) == set(images.values()), (main, second)
-    assert set(main) and set(second) and not set(main) & set(second), (main, second)  # a task on one engine
-    assert _boxes(None, run_id) == [] and _boxes(engine.host, run_id) == []  # each worker closed its pool
-    return _lines(tmp_path / "ray.jsonl")
+class _Creates:
+    """The images of the containers an engine creates for `run_id`, streamed while the run lasts: dockerd keeps
+    only its last 256 events, and other work on the main engine pushes a minutes-long run's out of them."""
+
+    def __init__(self, host: str | None, run_id: str, path: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | ({"DOCKER_HOST": host} if host else {})
+        self.path, self.sink = path, path.open("wb")
+        self.proc = subprocess.Popen(["docker", "events", "--filter", "type=container", "--filter", "event=create",
+                                      "--filter", f"label=pinpoint.run={run_id}", "--format",
+                                      "{{json .Actor.Attributes}}"], env=env, stdout=self.sink)
+
+    def stop(self) -> set[str]:
+        time.sleep(1)  # the last create's event is on its way
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.sink.close()
+        return {json.loads(line)["image"] for line in self.path.read_text().splitlines() if line.strip()}
 
 
-def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster, engine: SecondEngine) -> str:
-    """The rollout with the second node killed mid-run and restarted; its stderr."""
-    run_id, log, out = uuid.uuid4().hex[:12], tmp_path / "lost.log", tmp_path / "lost.jsonl"
+def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster, engine: SecondEngine,
+                            images: dict[str, str]) -> list[dict]:
+    """The rollout on the cluster, its second node killed mid-run and restarted: its rows, after checking each
+    task's boxes ran on one engine, both engines used, and no box of the run is left on either."""
+    run_id, log, out = uuid.uuid4().hex[:12], tmp_path / "ray.log", tmp_path / "ray.jsonl"
+    creates = [_Creates(host, run_id, tmp_path / f"events-{n}.jsonl") for n, host in enumerate((None, engine.host))]
+    time.sleep(1)  # both streams are listening
     with log.open("wb") as sink:
         proc = subprocess.Popen(_command(tasks, out, cluster.address), cwd=tmp_path, env=_env(run_id), stdout=sink,
                                 stderr=subprocess.STDOUT)
@@ -76,9 +85,15 @@ def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        main, second = (c.stop() for c in creates)
+    rows = _lines(out)
+    failed = [r for r in rows if r["status"] == "infra_failure"]
+    assert not failed, (failed, log.read_text(errors="replace")[-3000:])
+    assert main | second == set(images.values()), (main, second)
+    assert main and second and not main & second, (main, second)  # each task's boxes on one engine
     assert _boxes(None, run_id) == [], "a box of the run is left on the main engine"
     assert _boxes(engine.host, run_id) == [], "the lost worker's boxes were not reaped when its node came back"
-    return log.read_text(errors="replace")
+    return rows
 
 
 def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(tmp_path: Path, docker_client) -> None:
@@ -100,13 +115,8 @@ def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(tm
             for tag in pair:
                 engine.load_from_main(tag)
         cluster.start()
-        rows = _rollout_spread_over_both(tmp_path, tasks, cluster, engine, {i: t for i, (_, t) in tags.items()})
-        assert _stable(rows) == expected
-        log = _rollout_with_node_loss(tmp_path, tasks, cluster, engine)
-        lost = _lines(tmp_path / "lost.jsonl")
-        failed = [r for r in lost if r["status"] == "infra_failure"]
-        assert not failed, (failed, log[-3000:])
-        assert _stable(lost) == expected  # every (task, sample) written once, with the rows of the local backend
+        rows = _rollout_with_node_loss(tmp_path, tasks, cluster, engine, {i: t for i, (_, t) in tags.items()})
+        assert _stable(rows) == expected  # every (task, sample) written once, with the rows of the local backend
     finally:
         cluster.stop()
         engine.stop()
