@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_node_loss import _boxes, _wait
 from test_two_nodes import INSTANCES, _image_tags
-from two_nodes import RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, assert_nothing_left
+from two_nodes import RAY_ENV, SecondEngine, TwoNodeCluster, cluster_with_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -105,19 +105,6 @@ def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(tm
     assert local.returncode == 0, (local.stdout + local.stderr)[-3000:]
     expected = _stable(_lines(tmp_path / "local.jsonl"))
     assert [row[:2] for row in expected] == [(i, s) for i in sorted(INSTANCES) for s in range(2)]
-    try:
-        engine = SecondEngine().start()
-    except EngineUnavailable as exc:
-        pytest.skip(f"no second Docker engine here: {exc}")
-    cluster = TwoNodeCluster(engine.host, cpus=2, docker=2)
-    try:
-        for pair in tags.values():
-            for tag in pair:
-                engine.load_from_main(tag)
-        cluster.start()
+    with cluster_with_images([tag for pair in tags.values() for tag in pair], cpus=2, docker=2) as (engine, cluster):
         rows = _rollout_with_node_loss(tmp_path, tasks, cluster, engine, {i: t for i, (_, t) in tags.items()})
         assert _stable(rows) == expected  # every (task, sample) written once, with the rows of the local backend
-    finally:
-        cluster.stop()
-        engine.stop()
-    assert_nothing_left(cluster, engine)

@@ -9,6 +9,7 @@ Ray instance on the machine) and removes the bridge and the temporary folders.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,9 +18,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 RAY = str(Path(sys.executable).with_name("ray"))
 #: token auth off for the head, the joining node and the driver alike: `ray start --head` turns it on by itself
@@ -180,6 +183,25 @@ class TwoNodeCluster:
                 continue
         psutil.wait_procs(alive, timeout=10)
         shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def cluster_with_images(tags: Iterable[str], cpus: int, docker: int) -> Iterator[tuple[SecondEngine, TwoNodeCluster]]:
+    """A second engine holding `tags` (moved from the main one) and a started two-node cluster on it; both
+    stopped afterwards and checked gone (`assert_nothing_left`). Skips the test where no second engine starts."""
+    try:
+        engine = SecondEngine().start()
+    except EngineUnavailable as exc:
+        pytest.skip(f"no second Docker engine here: {exc}")
+    cluster = TwoNodeCluster(engine.host, cpus=cpus, docker=docker)
+    try:
+        for tag in tags:
+            engine.load_from_main(tag)
+        yield engine, cluster.start()
+    finally:
+        cluster.stop()
+        engine.stop()
+    assert_nothing_left(cluster, engine)
 
 
 def assert_nothing_left(cluster: TwoNodeCluster, engine: SecondEngine) -> None:
