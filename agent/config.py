@@ -84,8 +84,8 @@ class AgentSection:
     mbfl: bool = True
     #: predicate switching at the branches of the spectrum's top functions, fused as the `predicates` signal
     #: (docs/localization.md, "Predicate switching": on 21 dev rows fused line Hit@10 0.29 -> 0.38, Hit@1 0.05 ->
-    #: 0.10, file Acc@1 0.43 -> 0.52, nothing lower, within 3x + 60 s of the failing tests' run on every row); its
-    #: suspects are recorded in the trajectory
+    #: 0.10, file Acc@1 0.43 -> 0.52, nothing lower, within 3x + 60 s of the failing tests' run on every row; on 11
+    #: sympy rows measured afterwards it lost 5 row-metrics and won 1); its suspects are recorded in the trajectory
     predicates: bool = True
     #: insertion points (lines where code may be missing) splitting the spectrum's ties after MBFL (off: on 21 dev
     #: rows it moved function Acc@5 up and line Hit@1 down by a row each; the points are recorded in the trajectory
