@@ -294,14 +294,17 @@ class LearnedFusion:
         signals = {n: list(v) for n, v in per_signal.items() if v}
         by_line = {(r.path, r.line): r for r in records}
         ranked = self.rank(signals, records)
-        rest = reciprocal_rank_fusion(signals) if self.lead is None else fuse_rrf(signals)
-        if self.lead is not None:
+        if self.lead is None:
+            ranked, rest = ranked[: self.max_lines], reciprocal_rank_fusion(signals)
+        else:  # the top file's best lines, scored just above the fused list they lead
+            rest = fuse_rrf(signals)
             top_file = next((s.path for s in rest if not is_test_path(s.path)), None)
             ranked = [r for r in ranked if r[0] == top_file][: self.lead]
-        ceiling = max((s.score for s in rest), default=0.0) if self.lead is not None else 0.0
-        learned = [Suspect(path, line, line, ceiling + 1.0 + score - ranked[-1][2] if self.lead is not None else score,
-                           "learned", _evidence(signals, by_line.get((path, line)), path, line))
-                   for path, line, score in ranked[: self.max_lines]]
+            floor = ranked[-1][2] if ranked else 0.0
+            ceiling = max((s.score for s in rest), default=0.0)
+            ranked = [(path, line, ceiling + 1.0 + score - floor) for path, line, score in ranked]
+        learned = [Suspect(path, line, line, score, "learned", _evidence(signals, by_line.get((path, line)), path, line))
+                   for path, line, score in ranked]
         return learned + rest
 
 

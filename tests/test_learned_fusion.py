@@ -67,14 +67,19 @@ def planted(seed: int) -> tuple[list[Suspect], list[LineRecord], int]:
     return [Suspect("pkg/mod.py", n, n, 0.5, "spectrum") for n in numbers], records, gold
 
 
-def test_the_ranker_learns_a_planted_feature_and_ranks_its_line_first():
+def planted_model():
+    """The ranker trained on twenty planted rows."""
     groups = []
     for seed in range(20):
         suspects, records, gold = planted(seed)
         lines = candidates({"spectrum": suspects}, records)
         groups.append((features({"spectrum": suspects}, records, lines),
                        np.array([float(n == gold) for _, n in lines])))
-    model = train(groups)
+    return train(groups)
+
+
+def test_the_ranker_learns_a_planted_feature_and_ranks_its_line_first():
+    model = planted_model()
     suspects, records, gold = planted(99)
     fused = LearnedFusion(model).fuse({"spectrum": suspects}, records)
     assert (fused[0].path, fused[0].start_line, fused[0].signal) == ("pkg/mod.py", gold, "learned")
@@ -84,13 +89,7 @@ def test_the_ranker_learns_a_planted_feature_and_ranks_its_line_first():
 def test_leading_orders_lines_only_inside_reciprocal_ranks_top_file_and_keeps_its_files():
     from pinpoint.localization.fusion import fuse
 
-    groups = []
-    for seed in range(20):
-        suspects, records, gold = planted(seed)
-        lines = candidates({"spectrum": suspects}, records)
-        groups.append((features({"spectrum": suspects}, records, lines),
-                       np.array([float(n == gold) for _, n in lines])))
-    model = train(groups)
+    model = planted_model()
     suspects, records, gold = planted(99)
     signals = {"spectrum": suspects, "bm25": [Suspect("pkg/other.py", 1, 300, 9.0, "bm25"),
                                              Suspect("pkg/mod.py", 1, 300, 5.0, "bm25")]}
@@ -98,7 +97,7 @@ def test_leading_orders_lines_only_inside_reciprocal_ranks_top_file_and_keeps_it
     led = LearnedFusion(model, lead=3).fuse(signals, records)
     assert [s.signal for s in led[:3]] == ["learned"] * 3 and led[3:] == plain
     assert (led[0].path, led[0].start_line) == ("pkg/mod.py", gold)
-    assert all(a.score >= b.score for a, b in zip(led, led[1:]))
+    assert all(a.score >= b.score for a, b in zip(led, led[1:], strict=False))
     top_file = next(s.path for s in plain)
     assert {s.path for s in led[:3]} == {top_file}
 
