@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from pinpoint.environments.repo_image import extract_shared_repo
+from two_nodes import instance_engine  # noqa: F401 - the session's second engine, for the two-node tests
 
 
 @pytest.fixture(autouse=True, scope="session")

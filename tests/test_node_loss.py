@@ -29,8 +29,7 @@ import psutil
 import pytest
 from fake_llm_server import FakeScriptedLLMServer
 from test_agent_batch import _make_tasks, _reply, _task_of
-from test_two_nodes import INSTANCES, _creates, _image_tags
-from two_nodes import RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, assert_nothing_left
+from two_nodes import INSTANCES, RAY_ENV, SecondEngine, TwoNodeCluster, cluster_on, creates_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -63,24 +62,24 @@ def _driver_env(run_id: str) -> dict[str, str]:
 
 def _eval_with_node_loss(tmp_path: Path, cluster: TwoNodeCluster, engine: SecondEngine,
                          images: dict[str, str]) -> None:
-    run_id, since, log = uuid.uuid4().hex[:12], str(int(time.time()) - 1), tmp_path / "eval.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "pinpoint.cli", "eval", "--gold", "--instances", *INSTANCES,
-                                 "--runs-dir", str(tmp_path / "runs"), "--backend", "ray", "--address",
-                                 cluster.address], cwd=tmp_path, env=_driver_env(run_id), stdout=out,
-                                stderr=subprocess.STDOUT)
-    try:
-        box, image = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
-        assert cluster.kill_second(), "no process of the second node to kill"
-        assert box in {b for b, _ in _boxes(engine.host, run_id)}  # the lost item's box outlived its worker
-        _wait(lambda: image in _creates(None, since, run_id), "the lost instance graded on the main engine",
-              proc, log)
-        cluster.start_second()  # the node comes back: a new node id, the same engine
-        assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    run_id, log = uuid.uuid4().hex[:12], tmp_path / "eval.log"
+    with creates_on([None], run_id, tmp_path) as [main]:
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "pinpoint.cli", "eval", "--gold", "--instances",
+                                     *INSTANCES, "--runs-dir", str(tmp_path / "runs"), "--backend", "ray",
+                                     "--address", cluster.address], cwd=tmp_path, env=_driver_env(run_id),
+                                    stdout=out, stderr=subprocess.STDOUT)
+        try:
+            box, image = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
+            assert cluster.kill_second(), "no process of the second node to kill"
+            assert box in {b for b, _ in _boxes(engine.host, run_id)}  # the lost item's box outlived its worker
+            _wait(lambda: image in main.images(), "the lost instance graded on the main engine", proc, log)
+            cluster.start_second()  # the node comes back: a new node id, the same engine
+            assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     lost = next(i for i, tag in images.items() if tag == image)
     assert lost in INSTANCES
     run = tmp_path / "runs" / "gold" / "gold"
@@ -145,21 +144,8 @@ def _batch_with_node_loss(tmp_path: Path, cluster: TwoNodeCluster) -> None:
 
 
 def test_a_node_lost_mid_run_loses_only_its_items_and_its_boxes_are_reaped_when_it_returns(
-        tmp_path: Path, docker_client) -> None:
-    tags = {i: _image_tags(i) for i in INSTANCES}
-    try:
-        engine = SecondEngine().start()
-    except EngineUnavailable as exc:
-        pytest.skip(f"no second Docker engine here: {exc}")
-    cluster = TwoNodeCluster(engine.host, cpus=2, docker=1)
-    try:
-        for pair in tags.values():
-            for tag in pair:
-                engine.load_from_main(tag)
-        cluster.start()
-        _eval_with_node_loss(tmp_path, cluster, engine, {i: instance for i, (_, instance) in tags.items()})
+        tmp_path: Path, instance_engine: SecondEngine) -> None:
+    with cluster_on(instance_engine, cpus=2, docker=1) as cluster:
+        _eval_with_node_loss(tmp_path, cluster, instance_engine,
+                             {i: instance for i, (_, instance) in instance_engine.tags.items()})
         _batch_with_node_loss(tmp_path, cluster)
-    finally:
-        cluster.stop()
-        engine.stop()
-    assert_nothing_left(cluster, engine)

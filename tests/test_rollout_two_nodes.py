@@ -14,14 +14,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from test_node_loss import _boxes, _wait
-from test_two_nodes import INSTANCES, _image_tags
-from two_nodes import RAY_ENV, SecondEngine, TwoNodeCluster, cluster_with_images
+from two_nodes import INSTANCES, RAY_ENV, SecondEngine, TwoNodeCluster, cluster_on, creates_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -46,46 +44,26 @@ def _stable(rows: list[dict]) -> list[tuple]:
     return sorted((r["task_id"], r["sample"], r["status"], r["reward"], r["patch"]) for r in rows)
 
 
-class _Creates:
-    """The images of the containers an engine creates for `run_id`, streamed while the run lasts: dockerd keeps
-    only its last 256 events, and other work on the main engine pushes a minutes-long run's out of them."""
-
-    def __init__(self, host: str | None, run_id: str, path: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | ({"DOCKER_HOST": host} if host else {})
-        self.path, self.sink = path, path.open("wb")
-        self.proc = subprocess.Popen(["docker", "events", "--filter", "type=container", "--filter", "event=create",
-                                      "--filter", f"label=pinpoint.run={run_id}", "--format",
-                                      "{{json .Actor.Attributes}}"], env=env, stdout=self.sink)
-
-    def stop(self) -> set[str]:
-        time.sleep(1)  # the last create's event is on its way
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        self.sink.close()
-        return {json.loads(line)["image"] for line in self.path.read_text().splitlines() if line.strip()}
-
-
 def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster, engine: SecondEngine,
                             images: dict[str, str]) -> list[dict]:
     """The rollout on the cluster, its second node killed mid-run and restarted: its rows, after checking each
     task's boxes ran on one engine, both engines used, and no box of the run is left on either."""
     run_id, log, out = uuid.uuid4().hex[:12], tmp_path / "ray.log", tmp_path / "ray.jsonl"
-    creates = [_Creates(host, run_id, tmp_path / f"events-{n}.jsonl") for n, host in enumerate((None, engine.host))]
-    time.sleep(1)  # both streams are listening
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(_command(tasks, out, cluster.address), cwd=tmp_path, env=_env(run_id), stdout=sink,
-                                stderr=subprocess.STDOUT)
-    try:
-        box, _ = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
-        assert cluster.kill_second(), "no process of the second node to kill"
-        assert box in {b for b, _ in _boxes(engine.host, run_id)}  # the lost worker's box outlived it
-        cluster.start_second()  # back under a new node id, on the same engine
-        assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        main, second = (c.stop() for c in creates)
+    with creates_on((None, engine.host), run_id, tmp_path) as watch:
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(_command(tasks, out, cluster.address), cwd=tmp_path, env=_env(run_id),
+                                    stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            box, _ = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
+            assert cluster.kill_second(), "no process of the second node to kill"
+            assert box in {b for b, _ in _boxes(engine.host, run_id)}  # the lost worker's box outlived it
+            cluster.start_second()  # back under a new node id, on the same engine
+            assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            main, second = (w.stop() for w in watch)
     rows = _lines(out)
     failed = [r for r in rows if r["status"] == "infra_failure"]
     assert not failed, (failed, log.read_text(errors="replace")[-3000:])
@@ -96,8 +74,8 @@ def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster
     return rows
 
 
-def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(tmp_path: Path, docker_client) -> None:
-    tags = {i: _image_tags(i) for i in INSTANCES}
+def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(
+        tmp_path: Path, instance_engine: SecondEngine) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"instance_id": i}) + "\n" for i in INSTANCES))
     local = subprocess.run(_command(tasks, tmp_path / "local.jsonl", None), cwd=tmp_path,
@@ -105,6 +83,7 @@ def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(tm
     assert local.returncode == 0, (local.stdout + local.stderr)[-3000:]
     expected = _stable(_lines(tmp_path / "local.jsonl"))
     assert [row[:2] for row in expected] == [(i, s) for i in sorted(INSTANCES) for s in range(2)]
-    with cluster_with_images([tag for pair in tags.values() for tag in pair], cpus=2, docker=2) as (engine, cluster):
-        rows = _rollout_with_node_loss(tmp_path, tasks, cluster, engine, {i: t for i, (_, t) in tags.items()})
+    with cluster_on(instance_engine, cpus=2, docker=2) as cluster:
+        images = {i: instance for i, (_, instance) in instance_engine.tags.items()}
+        rows = _rollout_with_node_loss(tmp_path, tasks, cluster, instance_engine, images)
         assert _stable(rows) == expected  # every (task, sample) written once, with the rows of the local backend

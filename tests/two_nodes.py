@@ -185,32 +185,100 @@ class TwoNodeCluster:
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def cluster_with_images(tags: Iterable[str], cpus: int, docker: int) -> Iterator[tuple[SecondEngine, TwoNodeCluster]]:
-    """A second engine holding `tags` (moved from the main one) and a started two-node cluster on it; both
-    stopped afterwards and checked gone (`assert_nothing_left`). Skips the test where no second engine starts."""
+#: the SWE-bench rows the two-node tests run (their images are moved to the second engine once a session)
+INSTANCES = ("psf__requests-2931", "psf__requests-1921")
+
+
+def image_tags(instance_id: str) -> tuple[str, str]:
+    """(env tag, instance tag) of an instance on the main engine, built by the caching builder if missing."""
+    from pinpoint.swebench_eval.datasets import load_instances
+    from pinpoint.swebench_eval.images import build_instance_image
+
+    plan = build_instance_image(load_instances(ids=[instance_id])[0]).plan
+    return plan.env_tag, plan.instance_tag
+
+
+@pytest.fixture(scope="session")
+def instance_engine(docker_client) -> Iterator[SecondEngine]:
+    """One second engine for every two-node test of the session, holding the images of INSTANCES (moved from the
+    main engine once: a `docker save | docker load` costs seconds a layer); `engine.loaded` maps each tag to its
+    (main, second) image ids. Stopped at the end of the session and checked gone."""
+    tags = {i: image_tags(i) for i in INSTANCES}
     try:
         engine = SecondEngine().start()
     except EngineUnavailable as exc:
         pytest.skip(f"no second Docker engine here: {exc}")
+    try:
+        engine.tags = tags
+        engine.loaded = {tag: engine.load_from_main(tag) for pair in tags.values() for tag in pair}
+        yield engine
+    finally:
+        engine.stop()
+    assert_engine_gone(engine)
+
+
+@contextlib.contextmanager
+def cluster_on(engine: SecondEngine, cpus: int, docker: int) -> Iterator[TwoNodeCluster]:
+    """A started two-node cluster whose second node drives `engine`; stopped afterwards and checked gone."""
     cluster = TwoNodeCluster(engine.host, cpus=cpus, docker=docker)
     try:
-        for tag in tags:
-            engine.load_from_main(tag)
-        yield engine, cluster.start()
+        yield cluster.start()
     finally:
         cluster.stop()
-        engine.stop()
-    assert_nothing_left(cluster, engine)
-
-
-def assert_nothing_left(cluster: TwoNodeCluster, engine: SecondEngine) -> None:
-    """After stopping both: no process of the cluster, the second dockerd exited, its bridge and folders gone, and
-    the main engine's docker0 still there."""
     assert not cluster.processes() and not cluster.temp.exists()
+
+
+class ContainerCreates:
+    """The images of the containers an engine creates for `run_id`, streamed from `docker events` started before
+    the run: dockerd keeps only its last 256 events, and other work on a busy engine pushes a run's out of them
+    before a query afterwards could read them."""
+
+    def __init__(self, host: str | None, run_id: str, path: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"} | ({"DOCKER_HOST": host} if host else {})
+        self.path, self.sink = path, path.open("wb")
+        self.proc = subprocess.Popen(["docker", "events", "--filter", "type=container", "--filter", "event=create",
+                                      "--filter", f"label=pinpoint.run={run_id}", "--format",
+                                      "{{json .Actor.Attributes}}"], env=env, stdout=self.sink)
+
+    def images(self) -> set[str]:
+        """What was created so far."""
+        lines = self.path.read_text().splitlines()
+        return {json.loads(line)["image"] for line in lines if line.strip().endswith("}")}
+
+    def stop(self) -> set[str]:
+        """Stop listening; everything created while it listened."""
+        time.sleep(1)  # the last create's event is on its way
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.sink.close()
+        return self.images()
+
+
+@contextlib.contextmanager
+def creates_on(hosts: Iterable[str | None], run_id: str, folder: Path) -> Iterator[list[ContainerCreates]]:
+    """A `ContainerCreates` per engine in `hosts` (None: the main one), listening before the body runs."""
+    watches = [ContainerCreates(host, run_id, folder / f"creates-{run_id}-{n}.jsonl") for n, host in enumerate(hosts)]
+    time.sleep(1)  # every stream is listening
+    try:
+        yield watches
+    finally:
+        for watch in watches:
+            if watch.proc.poll() is None:
+                watch.stop()
+
+
+def assert_engine_gone(engine: SecondEngine) -> None:
+    """After stopping it: the second dockerd exited, its bridge and folders are gone, the main engine's docker0 is
+    still there."""
     assert engine.process is not None and engine.process.poll() is not None
     assert not engine.bridge_exists() and not engine.root.exists()
     assert subprocess.run(["ip", "link", "show", "docker0"], capture_output=True).returncode == 0
+
+
+def assert_nothing_left(cluster: TwoNodeCluster, engine: SecondEngine) -> None:
+    """After stopping both: no process of the cluster and none of the second engine (`assert_engine_gone`)."""
+    assert not cluster.processes() and not cluster.temp.exists()
+    assert_engine_gone(engine)
 
 
 def _alive(proc: psutil.Process) -> bool:
