@@ -346,7 +346,7 @@ function localizationView(t) {
     box.replaceChildren(...order.filter((f) => scored.fileRank[f.path] !== undefined || f.gold.length).map((f) => fileView(f, scored)));
   }
   draw();
-  return h("div", {}, h("div", {class: "signals", id: "signals"}, h("b", {}, "signals"), toggles, mode), summary, box, suspectTables(L));
+  return h("div", {}, h("div", {class: "signals", id: "signals"}, h("b", {}, "signals"), toggles, mode), summary, box, executionTables(L), suspectTables(L));
 }
 function fusedScores(L) { // line -> {score, rank, evidence}: the recorded fused list
   const lines = {}, fileRank = {};
@@ -425,6 +425,16 @@ function suspectTables(L) {
       h("td", {class: "num"}, s.score.toFixed(3)), h("td", {}, s.signal), h("td", {}, s.evidence)))));
   return h("div", {}, h("h3", {}, `Fused suspects (${L.fused.length})`), table(L.fused, "fused-table"),
     Object.entries(L.signals).map(([k, v]) => h("details", {}, h("summary", {}, `${k}: ${v.length} suspects`), table(v, "signal-" + k))));
+}
+function executionTables(L) {
+  if (!(L.execution || []).length) return null;
+  const row = (s, i) => h("tr", {}, h("td", {class: "num"}, i + 1), h("td", {class: "code"}, `${s.path}:${s.start_line}${s.end_line !== s.start_line ? "-" + s.end_line : ""}`),
+    h("td", {class: "num"}, s.score.toFixed(3)), h("td", {}, s.evidence));
+  const note = (x) => x.role + (x.status ? ` · ${x.status}` : "") + (x.summary ? ` · ${x.summary}` : "");
+  return h("div", {id: "execution-signals"}, h("h3", {}, "Execution signals (top 10 each)"),
+    L.execution.map((x) => h("div", {class: "exec-signal", "data-signal": x.name}, h("h4", {}, `${x.name} (${x.count} suspects) `, h("span", {class: "muted"}, note(x))),
+      x.suspects.length ? h("table", {class: "grid", id: "exec-" + x.name}, h("thead", {}, h("tr", {}, ["#", "location", "score", "evidence"].map((c) => h("th", {}, c)))), h("tbody", {}, x.suspects.map(row)))
+        : h("p", {class: "muted"}, "no suspects"))));
 }
 
 // -- search tree -----------------------------------------------------------------------------------------------------

@@ -76,6 +76,46 @@ def _last_localize(events: list[dict]) -> tuple[dict[str, list[dict]], int]:
     return (rounds[-1].get("signals") or {} if rounds else {}), len(rounds)
 
 
+#: the execution signals the page lists one by one, in the order they run, then their fusion
+EXECUTION_SIGNALS = ("spectrum", "ldb", "mbfl", "predicates", "insertion")
+#: suspects shown per execution signal
+EXECUTION_TOP = 10
+
+
+def execution_view(events: list[dict], fused: list[dict]) -> list[dict]:
+    """Each execution signal's top suspects, its status and whether the fusion used it, then the fused list. The
+    localize event holds the fused members' lists; the execution event (`ExecutionSignals.record`) the rest: MBFL,
+    predicate switching and insertion points also when they were recorded but not fused, LDB's blocks."""
+    runs = [e for e in events if e.get("kind") == "execution" and e.get("source")]
+    if not runs:
+        return []
+    record, (signals, _) = runs[-1], _last_localize(events)
+    rows = []
+    for name in EXECUTION_SIGNALS:
+        entry = record.get(name) if isinstance(record.get(name), dict) else {}
+        recorded = record.get("blocks") if name == "ldb" else entry.get("suspects")
+        suspects = signals.get(name) or recorded or []
+        if name not in record and not suspects and not (name == "ldb" and "traces" in record):
+            continue
+        summary = (record.get("traces") or {}) if name == "ldb" else entry
+        rows.append({"name": name, "role": _role(name, signals, entry), "status": summary.get("status"),
+                     "summary": summary.get("summary") or "", "count": len(suspects),
+                     "suspects": suspects[:EXECUTION_TOP]})
+    rows.append({"name": "fused", "role": "their fusion, as the agent recorded it", "status": None, "summary": "", "count": len(fused),
+                 "suspects": fused[:EXECUTION_TOP]})
+    return rows
+
+
+def _role(name: str, signals: dict[str, list[dict]], entry: dict) -> str:
+    """What the agent did with a signal: fused it, used it to split the spectrum's ties (MBFL, insertion points when
+    `agent.insertion`), or only recorded it."""
+    if signals.get(name):
+        return "fused"
+    if name == "mbfl" or entry.get("used"):
+        return "splits the spectrum's ties"
+    return "recorded, not fused"
+
+
 def _shown_lines(text_lines: int, suspects: list[dict], gold: list[int]) -> list[list[int]]:
     """Ranges of lines unfolded in the code view: narrow suspects and gold lines with a little context; a small
     file whole."""
@@ -113,7 +153,7 @@ def localization_view(data: dict, context: CodeContext) -> dict:
     gold_rank = gold_rank_of(ranking, context.gold_lines)
     return {"signals": signals, "fused": fused, "rounds": rounds, "files": files, "ranking": ranking,
             "gold_rank": gold_rank, "gold_known": any(context.gold_lines.values()), "origin": context.origin,
-            "note": context.note}
+            "note": context.note, "execution": execution_view(data.get("events") or [], fused)}
 
 
 def _key(c: dict) -> tuple:

@@ -477,3 +477,40 @@ def test_reports_without_trajectories_are_rows_too(swebench_run, browser, tmp_pa
     assert cells.nth(0).inner_text() == INSTANCE and cells.nth(4).inner_text() == "yes"
     assert cells.nth(7).inner_text() == f"{report['pinpoint']['edit']['f1']:g}"
     assert page.locator("#batch-table tbody a").count() == 0  # nothing to open
+
+
+@pytest.mark.slow
+def test_a_run_with_the_execution_signals_shows_each_signals_suspects(browser, tmp_path):
+    """A real `fix` run on the team repository with every execution signal on (insertion points too; the model is
+    the FAKE scripted server): the Localization tab lists spectrum, LDB, MBFL, predicate switching, insertion
+    points and their fusion, each with its top suspects as the trajectory's execution event recorded them."""
+    from fake_llm_server import FakeScriptedLLMServer
+    from test_fix_own_repo import ISSUE, PYTEST, _script, make_team_repo
+
+    repo = make_team_repo(tmp_path / "team-app")
+    (tmp_path / "issue.md").write_text(ISSUE)
+    with FakeScriptedLLMServer(_script()) as fake:
+        assert main(["fix", str(repo), "--issue", str(tmp_path / "issue.md"), "--local", "--test-cmd",
+                     f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--search", "none",
+                     "--base-url", fake.base_url, "--set", "agent.insertion=true"]) == 0
+    [trajectory] = (tmp_path / "out" / "fix").glob("*/trajectories/*/trajectory.json")
+    [record] = [e for e in json.loads(trajectory.read_text())["events"] if e["kind"] == "execution"]
+    assert record["mbfl"]["suspects"] and record["insertion"]["suspects"]  # what the page must show
+    out = tmp_path / "exec.html"
+    assert main(["inspect", str(trajectory.parent), "--export", str(out)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, out.as_uri())
+    click_tab(page, "localization")
+    shown = page.locator("#execution-signals .exec-signal")
+    assert shown.evaluate_all("els => els.map(e => e.dataset.signal)") == [
+        "spectrum", "ldb", "mbfl", "predicates", "insertion", "fused"]
+    mbfl = page.locator("#exec-mbfl tbody tr")
+    top = record["mbfl"]["suspects"][0]
+    assert mbfl.count() == min(10, len(record["mbfl"]["suspects"]))
+    assert f"{top['path']}:{top['start_line']}" in mbfl.first.inner_text()
+    assert "mutants change a failing test" in mbfl.first.inner_text()  # its evidence
+    assert "splits the spectrum's ties" in page.inner_text('.exec-signal[data-signal="insertion"] h4')
+    first = record["insertion"]["suspects"][0]
+    assert f"{first['path']}:{first['start_line']}" in page.inner_text("#exec-insertion tbody tr:first-child")
+    assert "calc/stats.py:9" in page.inner_text("#exec-fused")  # the planted bug among the fused suspects
+    screenshot(page, "localization-execution")
