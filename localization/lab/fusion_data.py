@@ -326,7 +326,7 @@ def validate(corpus: Sequence[dict], dev_rows: Sequence[dict]) -> dict:
     repository, on the mutants, on the other repositories' dev rows (today's learned fusion) or both, each as a
     whole ranking or ordering lines only inside reciprocal rank's top file (`lead`), beside reciprocal rank
     (`rrf`, the agent's default)."""
-    from pinpoint.localization.lab.localize_bench import learnable, row_examples, totals
+    from pinpoint.localization.lab.localize_bench import learnable, learned_hits, row_examples, totals
     from pinpoint.localization.learned_fusion import train
 
     dev = learnable(dev_rows)
@@ -346,7 +346,7 @@ def validate(corpus: Sequence[dict], dev_rows: Sequence[dict]) -> dict:
                 examples = [ex for pool in names for other, ex in pools[pool] if other != repo]
                 models[key] = train(hide_text(examples) if masked else examples,
                                     trained_on=f"{' + '.join(names)} without {repo}")
-            scored[name] += [{"repo": repo, "signals": {"x": fused_hits(models[key], r, lead)}}
+            scored[name] += [{"repo": repo, "signals": {"x": learned_hits(models[key], r, lead)}}
                              for r in dev if r["repo"] == repo]
     table = {name: {m: round(totals(rows)["x"][m], 4) for m in HEADLINE} for name, rows in scored.items()}
     per_repo = {repo: {name: {m: round(totals([r for r in rows if r["repo"] == repo])["x"][m], 4) for m in DECIDING}
@@ -354,24 +354,6 @@ def validate(corpus: Sequence[dict], dev_rows: Sequence[dict]) -> dict:
     beats = {name: all(table[name][m] > table["rrf"][m] for m in DECIDING) for name in VARIANTS}
     return {"dev_rows": len(dev), "dev_repos": dict(Counter(r["repo"] for r in dev)),
             "corpus": dict(Counter(r["repo"] for r in corpus)), "table": table, "per_repo": per_repo, "beats": beats}
-
-
-def fused_hits(model, row: dict, lead: int | None) -> dict:
-    """A learned ranking's hits on a cached dev row, counted as the bench counts every signal (and over ties)."""
-    from pinpoint.localization.lab.localize_bench import (
-        ranked_views,
-        row_gold,
-        row_inputs,
-        row_sources,
-        score,
-        scored_views,
-        tie_scores,
-    )
-    from pinpoint.localization.learned_fusion import LearnedFusion
-
-    signals, records = row_inputs(row)
-    fused, sources, gold = LearnedFusion(model, lead=lead).fuse(signals, records), row_sources(row), row_gold(row)
-    return {**score(ranked_views(fused, sources), gold), **tie_scores(scored_views(fused, sources), gold)}
 
 
 def format_validation(report: dict) -> str:

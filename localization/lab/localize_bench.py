@@ -519,10 +519,11 @@ def row_examples(row: dict) -> tuple[np.ndarray, np.ndarray]:
     return features(signals, records, lines), labels
 
 
-def learned_hits(model: FusionModel, row: dict) -> dict:
-    """The learned fusion's hits on one row, read as files, functions and lines like every other signal."""
+def learned_hits(model: FusionModel, row: dict, lead: int | None = None) -> dict:
+    """The learned fusion's hits on one row, read as files, functions and lines like every other signal (and over
+    ties); `lead`: `LearnedFusion.lead`, the model ordering lines only inside reciprocal rank's top file."""
     signals, records = row_inputs(row)
-    fused, sources, gold = LearnedFusion(model).fuse(signals, records), row_sources(row), row_gold(row)
+    fused, sources, gold = LearnedFusion(model, lead=lead).fuse(signals, records), row_sources(row), row_gold(row)
     views = ranked_views(fused, sources)
     return {**score(views, gold), **tie_scores(scored_views(fused, sources), gold), "top_files": views[0][:5],
             "top_functions": views[1][:10], "top_lines": views[2][:10]}
