@@ -109,7 +109,7 @@ def execution_view(events: list[dict], fused: list[dict]) -> list[dict]:
 def _role(name: str, signals: dict[str, list[dict]], entry: dict) -> str:
     """What the agent did with a signal: fused it, used it to split the spectrum's ties (MBFL, insertion points when
     `agent.insertion`), or only recorded it."""
-    if signals.get(name):
+    if name in signals:  # a fused member, whether or not it found anything
         return "fused"
     if name == "mbfl" or entry.get("used"):
         return "splits the spectrum's ties"

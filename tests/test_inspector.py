@@ -509,8 +509,11 @@ def test_a_run_with_the_execution_signals_shows_each_signals_suspects(browser, t
     assert mbfl.count() == min(10, len(record["mbfl"]["suspects"]))
     assert f"{top['path']}:{top['start_line']}" in mbfl.first.inner_text()
     assert "mutants change a failing test" in mbfl.first.inner_text()  # its evidence
-    assert "splits the spectrum's ties" in page.inner_text('.exec-signal[data-signal="insertion"] h4')
+    assert page.inner_text('.exec-signal[data-signal="insertion"] h4 span') == "splits the spectrum's ties"
+    role = page.inner_text('.exec-signal[data-signal="predicates"] h4 span')
+    assert role.startswith("fused · ")  # a fusion member (agent.predicates), even with nothing found
     first = record["insertion"]["suspects"][0]
     assert f"{first['path']}:{first['start_line']}" in page.inner_text("#exec-insertion tbody tr:first-child")
     assert "calc/stats.py:9" in page.inner_text("#exec-fused")  # the planted bug among the fused suspects
+    page.locator("#execution-signals").evaluate("e => e.scrollIntoView()")
     screenshot(page, "localization-execution")
