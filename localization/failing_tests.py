@@ -250,7 +250,7 @@ class ExecutionSignals:
                 record[name] = {"summary": evidence.summary(), "status": evidence.status, "error": evidence.error,
                                 "tests": [{"nodeid": t.nodeid, "outcome": t.outcome, "message": t.message[-300:]}
                                           for t in evidence.tests[:60]]}
-        targeted = {"mbfl": self.mutation, "predicates": self.switches and self.switches.runs}
+        targeted = {"mbfl": self.mutation, "predicates": self.switches}
         for name, runs in targeted.items():
             if runs is not None:
                 record[name] = {"summary": runs.summary(), "status": runs.status, "suspects": [

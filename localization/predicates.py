@@ -205,6 +205,10 @@ class SwitchEvidence:
     def seconds(self) -> float:
         return self.runs.seconds
 
+    @property
+    def status(self) -> str:
+        return self.runs.status
+
     def summary(self) -> str:
         return f"{len(set(self.predicates.values()))} predicates switched: {self.runs.summary()}"
 

@@ -133,6 +133,7 @@ def test_the_agents_execution_signals_fuse_switches_or_split_ties_with_them_and_
         record = split.record()
         assert record["predicates"]["suspects"][0]["start_line"] == 8
         assert record["predicates"]["status"] == "finished" and record["insertion"]["suspects"]
+        assert "predicates switched" in record["predicates"]["summary"]  # the switches' summary, not the mutants'
         assert "mbfl" not in record  # off here
         assert member.record()["insertion"]["used"] is False and member.record()["insertion"]["suspects"]
 
