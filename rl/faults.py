@@ -256,7 +256,8 @@ def _kind(reason: str) -> str:
 
 
 def killed_driver(root: Path, server: ModelServer, plan: FaultPlan) -> dict[str, Any]:
-    """A second rollout SIGKILLed once its boxes run: the run's containers counted until `kill_grace_s` after."""
+    """A second rollout SIGKILLed once its boxes run: the run's containers counted every second until none is left,
+    or for `kill_grace_s` at the most."""
     out, log = root / "killed.jsonl", root / "killed.log"
     with log.open("w") as sink:
         process = subprocess.Popen(rollout_command(root / "tasks.jsonl", out, server.base_url, plan),
@@ -269,13 +270,15 @@ def killed_driver(root: Path, server: ModelServer, plan: FaultPlan) -> dict[str,
     process.send_signal(signal.SIGKILL)
     process.wait()
     killed, counts = time.monotonic(), []
-    while time.monotonic() - killed < plan.kill_grace_s:
+    while time.monotonic() - killed < plan.kill_grace_s:  # until none is left: with the driver dead, none can come
         counts.append((round(time.monotonic() - killed, 1), len(run_containers(run_id))))
-        time.sleep(5.0)
+        if counts[-1][1] == 0:
+            break
+        time.sleep(1.0)
     left = len(run_containers(run_id))
     zero_at = next((t for t, n in counts if n == 0), None)
     return {"run_id": run_id, "containers_at_kill": live, "rows_at_kill": len(_rows(out)),
-            "containers_left_after_s": plan.kill_grace_s, "containers_left": left, "zero_after_s": zero_at}
+            "containers_left_after_s": round(time.monotonic() - killed, 1), "containers_left": left, "zero_after_s": zero_at}
 
 
 def run_faults(root: Path, plan: FaultPlan, port: int | None = None) -> dict[str, Any]:
