@@ -97,14 +97,14 @@ def test_localizer_ranks_lines_of_real_buggy_code(scorer):
 
 
 def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeypatch, capsys):
-    programs = humanevalfix()[:2]  # scored here, so the command finds them cached and loads no second model
-    scorer.score_many([p.code for p in programs] * 2, [""] * 2 + [description_prefix(p.description) for p in programs])
+    programs = humanevalfix()[:1]  # scored here, so the command finds them cached and loads no second model
+    scorer.score_many([p.code for p in programs] * 2, [""] * len(programs) + [description_prefix(p.description) for p in programs])
     for p in programs:
         line_gains(p.code, scorer, p.description)
         line_gains(p.code, scorer)
     monkeypatch.setenv("PINPOINT_CACHE", str(scorer.cache_dir.parent))
     out = tmp_path / "eval.json"
-    args = ["eval-localization", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "2", "--json", str(out)]
+    args = ["eval-localization", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "1", "--json", str(out)]
     assert pinpoint(args) == 0  # the repair rows default to humanevalfix_docs alone
     assert "sbfl (ochiai)" in capsys.readouterr().out
     results = json.loads(out.read_text())["results"]
@@ -113,11 +113,11 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
     assert {r["method"] for r in results["humanevalfix_docs"]} == common | {
         "repair likelihood", "repair likelihood, code alone", "diagnostic + repair", "diagnostic + repair + sbfl"}
     for name in ("humanevalfix", "humanevalfix_docs"):
-        assert all(r["n"] == 2 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
+        assert all(r["n"] == 1 and 0 <= r["top1"] <= r["top3"] <= r["top10"] <= 1 for r in results[name])
     sbfl = {name: next(r for r in rows if r["method"] == "sbfl (ochiai)") for name, rows in results.items()}
     assert sbfl["humanevalfix"] == sbfl["humanevalfix_docs"]  # the tests do not read the docstring
     # agent.repair's reading: repairs of the model's top lines only, the docstring read first
-    assert pinpoint(["eval-localization", "--sets", "humanevalfix_docs", "--limit", "2", "--repair-top", "2",
+    assert pinpoint(["eval-localization", "--sets", "humanevalfix_docs", "--limit", "1", "--repair-top", "2",
                      "--json", str(out)]) == 0
     rows = {r["method"]: r for r in json.loads(out.read_text())["results"]["humanevalfix_docs"]}
     assert set(rows) == common | {"repair on top 2", "diagnostic + repair", "diagnostic + repair + sbfl"}
