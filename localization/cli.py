@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pinpoint.environments.cli import run_guarded
 from pinpoint.environments.errors import UsageError
+from pinpoint.environments.executor import executor_args, executor_for
 
 TRAIN_HELP = "train the FLARE diagnostic model (CPU; scores are cached)"
 LINES_HELP = "top-1/3/10 line accuracy vs baselines on held-out bugs"
@@ -134,6 +135,9 @@ def _localize_args(p: argparse.ArgumentParser) -> None:
                    "(MBFL, predicate switching, insertion points; each alone, as the spectrum's tie-break and fused: "
                    "mbfl, predicates, insertion, spectrum_mbfl/ps/ins/split, fused_split/ps/ins/all/...; cached in "
                    "<cache>/oracle-mbfl-v<N>)")
+    p.add_argument("--workers", type=int, default=1, help="rows computed at once (default 1: each row's costs are "
+                   "measured alone)")
+    executor_args(p)
     p.set_defaults(func=_localize)
 
 
@@ -148,11 +152,12 @@ def _localize(args) -> int:
     if not instances:
         raise UsageError("no SWE-bench rows with an offline repository source (see --repos-dir)")
     report = {}
-    for setting, rows in bench.setting_rows(instances, settings, args.cache or bench.ROWS_DIR, args.budget, log=_log,
-                                            mbfl=args.mbfl):
-        print(bench.format_table(setting, rows))
-        print(bench.per_repo(rows))
-        report[setting] = {"rows": rows, "totals": bench.totals(rows)}
+    with executor_for(args.backend, args.address, args.workers) as executor:
+        for setting, rows in bench.setting_rows(instances, settings, args.cache or bench.ROWS_DIR, args.budget,
+                                                log=_log, mbfl=args.mbfl, executor=executor):
+            print(bench.format_table(setting, rows))
+            print(bench.per_repo(rows))
+            report[setting] = {"rows": rows, "totals": bench.totals(rows)}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pinpoint.environments.executor import Item, LocalExecutor, Needs, RayExecutor
 from pinpoint.localization.blocks import FunctionSpan, innermost_function
 from pinpoint.localization.execution import Sources
 from pinpoint.localization.fusion import fuse, top_lines
@@ -187,27 +188,40 @@ def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, so
 
 
 def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callable, log=print,
-                variant: str = "", needs: Sequence[str] = ()) -> list[dict]:
-    """Each row's result from `cache` when there, else `compute(instance)` written there first (`variant`: a
-    folder of its own, e.g. `-mbfl` for rows with MBFL; a cached row without every signal in `needs` is computed
-    again, so a signal added later extends the cached rows)."""
+                variant: str = "", needs: Sequence[str] = (), executor: LocalExecutor | RayExecutor | None = None
+                ) -> list[dict]:
+    """Each row's result from `cache` when there, else `compute(instance)` on `executor` (default: one thread
+    here; on Ray, a task holding one box), written there by this process as it comes back (`variant`: a folder of
+    its own, e.g. `-mbfl` for rows with MBFL; a cached row without every signal in `needs` is computed again, so a
+    signal added later extends the cached rows). Rows come back in `instances`' order."""
     folder = cache / f"{setting}{variant}-v{ROW_VERSION}"
     folder.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: dict[str, dict] = {}
+    todo = {}
     for instance in instances:
-        path = folder / f"{instance.instance_id}.json.gz"
-        cached = read_row(path)
+        cached = read_row(folder / f"{instance.instance_id}.json.gz")
         if cached is not None and not cached.get("error") and all(n in cached["signals"] for n in needs):
-            rows.append(rescored(cached))
-            continue
-        started = time.monotonic()
-        row = compute(instance)
+            rows[instance.instance_id] = rescored(cached)
+        else:
+            todo[instance.instance_id] = instance
+    items = [Item(key, (compute, instance), Needs(cpus=1, docker=1)) for key, instance in todo.items()]
+    for outcome in (executor or LocalExecutor()).run(_timed_row, items):
+        instance = todo[outcome.key]
+        row = outcome.value if outcome.error is None else {"error": f"{type(outcome.error).__name__}: {outcome.error}"}
         row.update(instance_id=instance.instance_id, repo=instance.repo, setting=setting,
-                   created_at=instance.created_at, seconds=round(time.monotonic() - started, 1))
-        write_row(path, row)
-        rows.append(row)
+                   created_at=instance.created_at)
+        write_row(folder / f"{instance.instance_id}.json.gz", row)  # an error row is computed again next time
+        rows[outcome.key] = row
         log(f"{instance.instance_id} [{setting}]: " + _headline(row))
-    return rows
+    return [rows[instance.instance_id] for instance in instances]
+
+
+def _timed_row(compute: Callable, instance) -> dict:
+    """`compute(instance)` with the seconds it took (run where the executor puts it)."""
+    started = time.monotonic()
+    row = compute(instance)
+    row["seconds"] = round(time.monotonic() - started, 1)
+    return row
 
 
 def read_row(path: Path) -> dict | None:
@@ -565,7 +579,8 @@ def with_learned(rows: list[dict]) -> list[dict]:
 
 
 def setting_rows(instances: Sequence, settings: Sequence[str], cache: Path = ROWS_DIR, budget_s: float = 300.0,
-                 log=print, mbfl: bool = False) -> Iterator[tuple[str, list[dict]]]:
+                 log=print, mbfl: bool = False, executor: LocalExecutor | RayExecutor | None = None
+                 ) -> Iterator[tuple[str, list[dict]]]:
     """Each setting's rows in turn (cached ones read back, the others computed and cached), with their `learned`
     hits: what `pinpoint bench localize` prints. `mbfl`: oracle rows also run the targeted signals (MBFL, predicate
     switching, insertion points; cached in their own folder, rows cached before a signal existed extended)."""
@@ -573,7 +588,8 @@ def setting_rows(instances: Sequence, settings: Sequence[str], cache: Path = ROW
     for setting in settings:
         variant = "-mbfl" if mbfl and setting == "oracle" else ""
         yield setting, with_learned(cached_rows(instances, setting, cache, guarded(compute[setting]), log=log,
-                                                variant=variant, needs=("predicates", "insertion") if variant else ()))
+                                                variant=variant, needs=("predicates", "insertion") if variant else (),
+                                                executor=executor))
 
 
 def fusion_report(setting: str, rows: list[dict]) -> str:
