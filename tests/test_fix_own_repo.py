@@ -128,7 +128,6 @@ def _trajectories(out: Path) -> list[dict]:
 TWO = ("--max-steps", "2")
 
 
-@pytest.mark.slow  # five runs of the agent: about a minute on two shared cores
 def test_a_different_issue_with_the_same_file_name_never_resumes_the_old_answer(team_repo, tmp_path, capsys):
     out = tmp_path / "out"
     with FakeScriptedLLMServer(_script(), default=tool_call("submit", {})) as fake:
