@@ -79,13 +79,14 @@ class AgentSection:
     #: noise; the LLM-free `ldb` value spectrum runs either way)
     ldb_llm: bool = False
     #: targeted mutation-based localization (Metallaxis and MUSE) at the spectrum's top lines, run in the box after
-    #: the spectrum, splitting the spectrum's tied lines (docs/localization.md, "Targeted MBFL": on 21 dev rows
-    #: fused line Hit@10 0.24 -> 0.29, nothing lower, within 3x + 60 s of the failing tests' run on every row)
+    #: the spectrum: it splits the spectrum's tied lines and is fused as the `mbfl` signal at half weight
+    #: (docs/localization.md, "Choosing the fusion": the variant chosen leave one repository out on 32 dev rows of
+    #: requests, flask, pytest and sympy)
     mbfl: bool = True
-    #: predicate switching at the branches of the spectrum's top functions, fused as the `predicates` signal
-    #: (docs/localization.md, "Predicate switching": on 21 dev rows fused line Hit@10 0.29 -> 0.38, Hit@1 0.05 ->
-    #: 0.10, file Acc@1 0.43 -> 0.52, nothing lower, within 3x + 60 s of the failing tests' run on every row; on 11
-    #: sympy rows measured afterwards it lost 5 row-metrics and won 1); its suspects are recorded in the trajectory
+    #: predicate switching at the branches of the spectrum's top functions, fused as the `predicates` signal with
+    #: only the switches that made a failing test pass, those that made half of them pass leading the top file
+    #: (the same choice; held out, the chosen fusion gives line Hit@10 FIXME); its suspects are recorded in the
+    #: trajectory
     predicates: bool = True
     #: insertion points (lines where code may be missing) splitting the spectrum's ties after MBFL (off: on 21 dev
     #: rows it moved function Acc@5 up and line Hit@1 down by a row each; the points are recorded in the trajectory

@@ -9,7 +9,7 @@ a broad span gains nothing from narrow suspects inside it, so whole files never 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from pinpoint.localization.retrieval import is_test_path
 from pinpoint.localization.suspects import LocalizationRequest, Localizer, Suspect
@@ -66,24 +66,63 @@ def fuse_localizers(
     return reciprocal_rank_fusion({n: s for n, s in ranked.items() if s}, k=k, weights=weights), ranked
 
 
-def fuse(per_signal: dict[str, Sequence[Suspect]], files: str = "anchor") -> list[Suspect]:
-    """What the agent and `bench localize` call fused: reciprocal rank over every signal, led by the spectrum's
-    top lines in the top file when there is a spectrum, and ahead of them by the predicates whose switch makes
-    failing tests pass (`SWITCH_LEAD`) in that file; with no execution signal, its files in the order of the
-    file-level anchor (BM25), which the others only refine (`refine_files`). `files="interleave"` alternates the
-    anchor's files with reciprocal rank's instead (measured beside it, not the default: no guarantee at k > 1)."""
+@dataclass(frozen=True)
+class FusionRule:
+    """How `fuse` combines the members once the failing tests are in hand (a spectrum is fused). Chosen leave one
+    repository out among the variants `lab/fusion_choice.py` measures (docs/localization.md, "Choosing the
+    fusion"): MBFL fused as a member at half weight, predicate switching fused with only the switches that made a
+    failing test pass, those that made half of them pass leading the top file ahead of the spectrum's top 3 lines."""
+
+    #: reciprocal-rank weight per member (1 for any other)
+    weights: tuple[tuple[str, float], ...] = (("mbfl", 0.5),)
+    #: per member, a score its suspects must exceed to be fused: a switch that made no failing test pass scores at
+    #: most `predicates.CHANGED_WEIGHT` (0.1; it changed the failure, it did not undo it)
+    floors: tuple[tuple[str, float], ...] = (("predicates", 0.1),)
+    #: the spectrum's top single lines in fused's top file that lead the list (0: none)
+    spectrum_lead: int = 3
+    #: `predicates` lines scoring at least this (a switch that made this share of the failing tests pass, plus a
+    #: tenth of the share it changed) lead the top file ahead of the spectrum's, two at most (None: no such lead);
+    #: on 21 dev rows thresholds 0.11-1.0 and 1-3 lines gave the same or less than 0.5 and 2
+    switch_lead: float | None = 0.5
+
+
+#: the rule before issue 25's leave-one-repository-out choice (predicates fused whole, MBFL only a tie-break)
+PLAIN_RULE = FusionRule(weights=(), floors=())
+DEFAULT_RULE = FusionRule()
+
+
+def fuse(per_signal: dict[str, Sequence[Suspect]], files: str = "anchor",
+         rule: FusionRule = DEFAULT_RULE) -> list[Suspect]:
+    """What the agent and `bench localize` call fused: with a spectrum, reciprocal rank over every signal as
+    `rule` says (weights, floors, which lines lead the top file: `fuse_with_spectrum`); with no execution signal,
+    its files in the order of the file-level anchor (BM25), which the others only refine (`refine_files`);
+    `files="interleave"` alternates the anchor's files with reciprocal rank's instead (measured beside it, not the
+    default: no guarantee at k > 1)."""
     signals = {n: s for n, s in per_signal.items() if s}
-    fused = reciprocal_rank_fusion(signals)
     if signals.get("spectrum"):
-        fused = lead_with_lines(fused, signals["spectrum"])
-        switched = [s for s in signals.get("predicates", ()) if s.start_line == s.end_line and s.score >= SWITCH_LEAD]
-        return lead_with_lines(fused, switched, take=2, name="predicates") if switched else fused
+        return fuse_with_spectrum(signals, rule)
+    fused = reciprocal_rank_fusion(signals)
     if FILE_ANCHOR in signals and not any(n in signals for n in EXECUTION_SIGNALS):
         order = anchored_file_order(fused, signals[FILE_ANCHOR])
         if files == "interleave":
             order = interleaved(order, [p for p in dict.fromkeys(s.path for s in fused) if not is_test_path(p)])
         return refine_files(fused, signals[FILE_ANCHOR], order)
     return fused
+
+
+def fuse_with_spectrum(signals: dict[str, Sequence[Suspect]], rule: FusionRule = DEFAULT_RULE) -> list[Suspect]:
+    """Reciprocal rank over the members (each member's suspects above its floor, at its weight), then the top
+    file led by the spectrum's top lines, and ahead of them by the predicates whose switch makes failing tests
+    pass: fusion is best at the file, the execution signals at the line within it."""
+    floors = dict(rule.floors)
+    members = {n: [s for s in v if s.score > floors[n]] if n in floors else list(v) for n, v in signals.items()}
+    fused = reciprocal_rank_fusion({n: v for n, v in members.items() if v}, weights=dict(rule.weights))
+    if rule.spectrum_lead:
+        fused = lead_with_lines(fused, signals["spectrum"], take=rule.spectrum_lead)
+    if rule.switch_lead is None:
+        return fused
+    switched = [s for s in signals.get("predicates", ()) if s.start_line == s.end_line and s.score >= rule.switch_lead]
+    return lead_with_lines(fused, switched, take=2, name="predicates") if switched else fused
 
 
 def interleaved(first: Sequence[str], second: Sequence[str]) -> list[str]:
@@ -96,11 +135,6 @@ def interleaved(first: Sequence[str], second: Sequence[str]) -> list[str]:
     return list(out)
 
 
-#: a `predicates` line whose switch makes at least this share of the failing tests pass (its score: that share plus
-#: a tenth of the share whose outcome changed) leads the fused list in the top file, ahead of the spectrum's lead:
-#: on 21 dev rows line Hit@1 0.05 -> 0.10, Hit@5 0.29 -> 0.33, nothing lower (thresholds 0.11-1.0 and 1-3 lines
-#: gave the same or less)
-SWITCH_LEAD = 0.5
 #: signals whose evidence is not the issue's text (the failing tests' runs and output)
 EXECUTION_SIGNALS = ("spectrum", "ldb", "traceback")
 #: the file-level member a text-only fusion's file order refines

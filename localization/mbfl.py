@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pinpoint.environments import paths
 from pinpoint.environments.runtime import Runtime
 from pinpoint.localization.execution import (
     DEFAULT_PYTHON,
@@ -44,9 +45,6 @@ __all__ = ["normalize_message", "MbflConfig", "PlannedMutant", "TestOutcome", "M
            "plan_mutants", "run_mutants", "failing_ids", "outcome_changes", "line_scores", "mbfl_suspects",
            "tie_break", "MbflLocalizer"]
 
-#: where results are cached unless told otherwise
-DEFAULT_CACHE = Path.home() / ".cache" / "pinpoint" / "mbfl"
-
 
 @dataclass(frozen=True)
 class MbflConfig:
@@ -60,10 +58,11 @@ class MbflConfig:
     slack_s: float = 45.0
     budget_s: float | None = None
     seed: int = 0
-    cache_dir: Path | None = DEFAULT_CACHE
-    #: also fuse `mbfl` as a member (bench: `fused_mbfl`, lines +0.04 but file Acc@5 -0.09 on 21 dev rows); off:
-    #: MBFL only splits the spectrum's ties (`fused_split`: never below plain fusion there)
-    fuse_member: bool = False
+    #: where results are cached (None: not cached); `$PINPOINT_CACHE/mbfl` by default, resolved when made
+    cache_dir: Path | None = field(default_factory=lambda: paths.cache_dir() / "mbfl")
+    #: also fuse `mbfl` as a member (at half weight: `fusion.DEFAULT_RULE`), besides splitting the spectrum's ties:
+    #: the fusion chosen leave one repository out on 32 dev rows (docs/localization.md, "Choosing the fusion")
+    fuse_member: bool = True
 
 
 @dataclass(frozen=True)

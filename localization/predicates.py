@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pinpoint.environments import paths
 from pinpoint.environments.runtime import Runtime
 from pinpoint.localization.execution import (
     DEFAULT_PYTHON,
@@ -41,7 +42,6 @@ from pinpoint.localization.mbfl import (
 )
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 
-DEFAULT_CACHE = Path.home() / ".cache" / "pinpoint" / "predicates"
 #: the two ways to switch a predicate, run breadth first (every predicate's first evaluation before any `all`)
 MODES = ("first", "all")
 #: how much a changed-but-still-failing outcome counts beside a failing test made to pass
@@ -62,10 +62,11 @@ class PredicateConfig:
     modes: tuple[str, ...] = MODES
     slack_s: float = 45.0
     budget_s: float | None = None
-    cache_dir: Path | None = DEFAULT_CACHE
-    #: fuse `predicates` as a member, its passing switches leading the top file (`fusion.SWITCH_LEAD`; on 21 dev
-    #: rows fused line Hit@10 0.29 -> 0.38, Hit@1 0.05 -> 0.10, file Acc@1 0.43 -> 0.52, nothing lower); as the
-    #: spectrum's tie-break instead it lost a row at line Hit@10, so it is not one by default
+    #: where results are cached (None: not cached); `$PINPOINT_CACHE/predicates` by default, resolved when made
+    cache_dir: Path | None = field(default_factory=lambda: paths.cache_dir() / "predicates")
+    #: fuse `predicates` as a member (only the switches that made a failing test pass: `fusion.DEFAULT_RULE`), those
+    #: that made half of them pass leading the top file; chosen leave one repository out on 32 dev rows among
+    #: variants that include switching as the spectrum's tie-break (docs/localization.md, "Choosing the fusion")
     fuse_member: bool = True
 
     def harness(self) -> MbflConfig:

@@ -103,3 +103,30 @@ def test_predicates_whose_switch_makes_failing_tests_pass_lead_the_top_file_ahea
     assert all(a.score >= b.score for a, b in zip(fused, fused[1:], strict=False))
     without = fuse({"spectrum": spectrum, "predicates": predicates[3:]})
     assert [s.start_line for s in without[:3]] == [3, 4, 5]  # the spectrum's lead, as before
+
+
+def test_the_default_rule_fuses_only_switches_that_made_a_failing_test_pass_and_mbfl_at_half_weight():
+    from pinpoint.localization.fusion import PLAIN_RULE
+    from pinpoint.localization.predicates import CHANGED_WEIGHT
+
+    spectrum = [Suspect("a.py", n, n, 1.0 - n / 100, "spectrum") for n in (3, 4, 5)]
+    changed_only = Suspect("b.py", 8, 8, CHANGED_WEIGHT, "predicates")  # changed the failure, undid it nowhere
+    passing = Suspect("b.py", 9, 9, 0.3, "predicates")
+    mbfl = [Suspect("c.py", 2, 2, 0.9, "mbfl")]
+    members = {"spectrum": spectrum, "predicates": [passing, changed_only], "mbfl": mbfl}
+    fused = {(s.path, s.start_line): s.score for s in fuse(members)}
+    assert ("b.py", 8) not in fused and ("b.py", 9) in fused
+    assert fused[("c.py", 2)] == 0.5 / 61  # MBFL's rank 1 at half weight
+    plain = {(s.path, s.start_line): s.score for s in fuse(members, rule=PLAIN_RULE)}
+    assert ("b.py", 8) in plain and plain[("c.py", 2)] == 1 / 61  # the earlier rule: every switch, full weight
+
+
+def test_without_the_spectrums_lead_the_top_file_keeps_reciprocal_rank_order():
+    from pinpoint.localization.fusion import FusionRule
+
+    spectrum = [Suspect("a.py", 9, 9, 1.0, "spectrum"), Suspect("a.py", 1, 30, 0.5, "spectrum")]
+    ldb = [Suspect("a.py", 1, 30, 1.0, "ldb"), Suspect("a.py", 2, 2, 0.9, "ldb")]
+    led = fuse({"spectrum": spectrum, "ldb": ldb})
+    assert led[0].start_line == 9 and led[0].evidence.startswith("[spectrum lead #1")
+    plain = fuse({"spectrum": spectrum, "ldb": ldb}, rule=FusionRule(spectrum_lead=0))
+    assert plain == reciprocal_rank_fusion({"spectrum": spectrum, "ldb": ldb}, weights={"mbfl": 0.5})

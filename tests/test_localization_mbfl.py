@@ -224,14 +224,15 @@ def test_mbfl_in_a_real_instance_box_runs_caches_and_implicates_a_gold_line(dock
         assert again.ran == 0 and all(r.cached for r in again.results)
 
 
-def test_the_agents_execution_signals_split_the_spectrums_ties_with_mbfl(calc_repo, tmp_path):
+def test_the_agents_execution_signals_split_the_spectrums_ties_with_mbfl_and_fuse_it(calc_repo, tmp_path):
     from pinpoint.localization.failing_tests import ExecutionSignals, FailingTests
     from pinpoint.localization.suspects import LocalizationRequest
 
     with LocalRuntime(calc_repo) as runtime:
         tests = FailingTests("oracle", FAILING, PASSING, python=sys.executable)
         execution = ExecutionSignals(runtime, tests, budget_s=60, mbfl=MbflConfig(cache_dir=tmp_path))
-        assert [loc.name for loc in execution.localizers()] == ["spectrum", "ldb"]  # MBFL is no member by default
+        assert [loc.name for loc in execution.localizers()] == ["spectrum", "ldb", "mbfl"]  # a member by default
         spectrum = execution.suspects("spectrum", LocalizationRequest())
-        assert spectrum[0].start_line == FAULT_LINE and "mbfl:" in spectrum[0].evidence
+        assert spectrum[0].start_line == FAULT_LINE and "mbfl:" in spectrum[0].evidence  # and the tie-break
+        assert execution.suspects("mbfl", LocalizationRequest())
         assert "mbfl" in execution.record()

@@ -30,6 +30,7 @@ from pinpoint.localization.execution import Sources
 from pinpoint.localization.fusion import fuse, top_lines
 from pinpoint.localization.lab import ties
 from pinpoint.localization.lab.corpora import patch_gold_lines
+from pinpoint.localization.lab.fusion_choice import VARIANTS, format_choice, variant_fusion
 from pinpoint.localization.learned_fusion import (
     FusionModel,
     LearnedFusion,
@@ -60,11 +61,6 @@ FUSED = {"issue": ("retrieval", "lexical", "bm25"),
 #: spectrum with its ties split by MBFL (`spectrum_mbfl`), then also by predicate switching (`spectrum_ps`), by
 #: insertion points (`spectrum_ins`), by both (`spectrum_split`)
 MBFL_SIGNALS = ("mbfl", "spectrum_mbfl", "predicates", "spectrum_ps", "insertion", "spectrum_ins", "spectrum_split")
-#: fused variants measured beside `fused`: name -> (the spectrum the fusion leads with, an extra member or None)
-TARGETED_FUSIONS = {"fused_split": ("spectrum_mbfl", None), "fused_mbfl": ("spectrum_mbfl", "mbfl"),
-                    "fused_ps": ("spectrum_ps", None), "fused_ins": ("spectrum_ins", None),
-                    "fused_all": ("spectrum_split", None), "fused_predicates": ("spectrum_mbfl", "predicates"),
-                    "fused_insertion": ("spectrum_mbfl", "insertion")}
 
 
 @dataclass(frozen=True)
@@ -171,9 +167,9 @@ def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, so
     """Per-signal hits, and the fused ranking's (reciprocal rank over the setting's signals)."""
     members = {n: s for n, s in signals.items() if n in FUSED[setting] and s}
     ranked = {**signals, "fused": fuse(members)}
-    for name, (spectrum, extra) in TARGETED_FUSIONS.items():  # each targeted signal as a tie-break, and as a member
-        if signals.get(spectrum) and (extra is None or signals.get(extra)):
-            ranked[name] = fuse({**members, "spectrum": signals[spectrum], **({extra: signals[extra]} if extra else {})})
+    for name, variant in VARIANTS.items():  # each targeted signal as a tie-break and as a member (lab/fusion_choice)
+        if (fused := variant_fusion(members, signals, variant)) is not None:
+            ranked[name] = fused
     if setting == "issue":  # the alternative file order, measured beside the default
         ranked["interleaved"] = fuse(members, files="interleave")
     out = {}
@@ -182,7 +178,7 @@ def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, so
         views = ranked_views(suspects, sources)
         out[name] = {**score(views, gold), **tie_scores(scored, gold), "top_files": views[0][:5],
                      "top_functions": views[1][:10], "top_lines": views[2][:10]}
-        if name not in ("fused", "interleaved"):  # what a learned fusion trains on, without running the row again
+        if name not in ("fused", "interleaved", *VARIANTS):  # what a learned fusion trains on, without running it again
             out[name]["suspects"] = [s.to_dict() for s in suspects[:KEPT_SUSPECTS]]
     return out
 
@@ -388,6 +384,9 @@ METRICS = (*(f"file@{k}" for k in FILE_KS), *(f"function@{k}" for k in FUNCTION_
 #: the same metrics in expectation over ties, and the top tie group's size per level
 EXPECTED = tuple(f"{m}~" for m in METRICS)
 TIES = ("ties_file", "ties_function", "ties_line")
+#: the columns of the fusion choice's table: the issue's four targets (plain and in expectation) and file@5~
+CHOICE_METRICS = ("file@1", "file@1~", "file@5~", "function@5", "function@5~", "line@1", "line@1~", "line@10",
+                  "line@10~")
 
 
 def totals(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -434,6 +433,8 @@ def format_table(setting: str, rows: list[dict]) -> str:
             lines.append(signal_cost(name, spent))
     if any("insertion_gold" in r for r in good):
         lines.append(insertion_reach(good))
+    if any(n in r["signals"] for r in good for n in VARIANTS):
+        lines.append(format_choice(good, CHOICE_METRICS))
     return "\n".join(lines)
 
 
