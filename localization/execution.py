@@ -12,7 +12,6 @@ trap"). Its results come back as JSON lines written as each test ends, so a time
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import uuid
 from collections.abc import Iterable, Sequence
@@ -20,14 +19,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pinpoint.environments.runtime import Runtime
-from pinpoint.localization.blocks import FunctionBlocks, FunctionSpan, function_spans, innermost_function
-from pinpoint.localization.retrieval import is_test_path
+from pinpoint.localization.blocks import (
+    Block,
+    FunctionBlocks,
+    FunctionSpan,
+    function_spans,
+    innermost_function,
+)
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
-from pinpoint.localization.trace_runner import covers  # the runner's own: one rule here and in the container
+
+# the runner's own rules: one here and in the container (the runner chooses the LDB targets by them)
+from pinpoint.localization.trace_runner import FAILING as FAILING
+from pinpoint.localization.trace_runner import RECENT_UNSEEN as RECENT_UNSEEN
+from pinpoint.localization.trace_runner import covers, line_spectrum
+from pinpoint.localization.trace_runner import dstar as dstar
+from pinpoint.localization.trace_runner import ochiai as ochiai
+from pinpoint.localization.trace_runner import spread_evenly as spread_evenly
 
 TRACE_RUNNER = Path(__file__).with_name("trace_runner.py")
-#: outcomes that count as failing runs in a spectrum; `xfailed`, `skipped`, `not_run`, `not_found` count as neither
-FAILING = frozenset({"failed", "error", "timeout"})
+#: the function spans and basic blocks, shipped beside the runner (standard library only) for its LDB phase
+BLOCKS_MODULE = Path(__file__).with_name("blocks.py")
 #: the interpreter of SWE-bench instance images (`swebench_eval.scripts.env_script` links `python` to the one the
 #: spec's packages went into) and of most virtualenvs; a LocalRuntime on the host passes `sys.executable`
 DEFAULT_PYTHON = "python"
@@ -115,6 +126,8 @@ class ExecutionEvidence:
     requested: list[str] = field(default_factory=list)
     functions: dict[str, FunctionBlocks] = field(default_factory=dict)
     expected_failing: list[str] | None = None
+    #: the LDB phase of the same run (`run_traced(ldb_top=)`): the targets' block states, None where it chose none
+    block_traces: ExecutionEvidence | None = None
 
     def _expected(self, test: TracedTest) -> bool:
         wanted = self.expected_failing
@@ -158,21 +171,31 @@ def run_traced(
     pytest_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     trace: bool = True,
+    ldb_top: int = 0,
+    ldb_passing: int = 10,
 ) -> ExecutionEvidence:
     """Run pytest ids in `runtime` under the trace runner; never writes into the repository (all of it goes to a
     fresh folder under /tmp, removed afterwards). `failing`: the tests expected to fail (see ExecutionEvidence;
-    the other tests trace only the code those ran). `trace` false: outcomes only, nothing traced."""
+    the other tests trace only the code those ran). `trace` false: outcomes only, nothing traced. `ldb_top`: the
+    same interpreter then traces the block states of the spectrum's top functions in the failing tests and up to
+    `ldb_passing` passing tests that ran one (`block_traces`; what `ldb.trace_targets` and `collect_block_traces`
+    would choose, without a second interpreter's start, imports and collection)."""
     folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
     options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
                "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
                "targets": [t.to_json() for t in targets], "failing": list(failing) if failing else None,
                "trace": trace}
     runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
+    if ldb_top and trace and failing:
+        options["ldb"] = {"top": ldb_top, "max_passing": ldb_passing, "blocks": f"{folder}/pinpoint_blocks.py"}
+        runtime.write_file(f"{folder}/pinpoint_blocks.py", BLOCKS_MODULE.read_text())
     runtime.write_file(f"{folder}/input.json", json.dumps(options))
     command = (f"{python} {folder}/trace_runner.py {folder}/input.json > {folder}/log.txt 2>&1; "
                f"echo \"pinpoint-trace-exit $?\"; tail -c 3000 {folder}/log.txt")
-    # the runner stops itself at the budget between tests; this limit only catches a test that ignores its alarm
-    result = runtime.run(command, timeout=budget_s + per_test_timeout + 60.0, env={**RUN_ENV, **(env or {})})
+    # the runner stops itself at the budget between tests (the LDB phase has one of its own); this limit only
+    # catches a test that ignores its alarm
+    limit = budget_s * (2 if "ldb" in options else 1) + per_test_timeout + 60.0
+    result = runtime.run(command, timeout=limit, env={**RUN_ENV, **(env or {})})
     try:
         raw = runtime.read_text(f"{folder}/results.jsonl")
     except (FileNotFoundError, OSError):
@@ -181,17 +204,20 @@ def run_traced(
     evidence = parse_results(raw, requested=list(tests), log_tail=result.output[-3000:])
     evidence.functions = {t.key: t for t in targets}
     evidence.expected_failing = list(failing) if failing is not None else None
-    if result.timed_out:
-        evidence.status = "killed"
-        evidence.error = f"the traced run passed its limit of {budget_s + per_test_timeout + 60.0:g}s"
-    _mark_missing(evidence)
+    for part in (evidence, evidence.block_traces):
+        if part is not None and result.timed_out:
+            part.status, part.error = "killed", f"the traced run passed its limit of {limit:g}s"
+        if part is not None:
+            _mark_missing(part)
     return evidence
 
 
 def parse_results(raw: str, requested: list[str], log_tail: str = "") -> ExecutionEvidence:
-    """The runner's JSON lines as typed evidence; a truncated last line (a killed run) is skipped."""
+    """The runner's JSON lines as typed evidence, its LDB phase's as `block_traces`; a truncated last line (a
+    killed run) is skipped."""
     evidence = ExecutionEvidence(tests=[], status="error", requested=requested, log_tail=log_tail,
                                  error="the trace runner wrote nothing (see log_tail)")
+    ldb: ExecutionEvidence | None = None
     for line in raw.splitlines():
         try:
             record = json.loads(line)
@@ -201,11 +227,31 @@ def parse_results(raw: str, requested: list[str], log_tail: str = "") -> Executi
         if kind == "start":
             evidence.python, evidence.error = record.get("python", ""), "the trace runner stopped early (see log_tail)"
         elif kind == "test":
-            evidence.tests.append(_test_run(record))
+            (ldb if record.get("phase") == "ldb" and ldb is not None else evidence).tests.append(_test_run(record))
+        elif kind == "ldb" and record.get("targets") and record.get("failing"):
+            ldb = _ldb_phase(record, evidence, log_tail)
         elif kind == "end":
-            evidence.status, evidence.error = record.get("status", "error"), record.get("error", "")
-            evidence.pytest, evidence.seconds = record.get("pytest", ""), float(record.get("seconds", 0.0))
+            for part in (evidence, ldb):
+                if part is not None:
+                    part.status, part.error = record.get("status", "error"), record.get("error", "")
+                    part.pytest = record.get("pytest", "")
+            evidence.seconds = float(record.get("seconds", 0.0))
+            if ldb is not None:
+                ldb.seconds, evidence.seconds = round(evidence.seconds - ldb.seconds, 3), ldb.seconds
+    evidence.block_traces = ldb
     return evidence
+
+
+def _ldb_phase(record: dict, spectrum: ExecutionEvidence, log_tail: str) -> ExecutionEvidence:
+    """The LDB phase's evidence from its `ldb` record: the targets it chose, the tests it runs; `seconds` holds
+    when it began until the run's end is read."""
+    functions = [FunctionBlocks(t["path"], FunctionSpan(t["qualname"], t["first_line"], t["def_line"], t["end_line"]),
+                                tuple(Block(*b) for b in t["blocks"])) for t in record["targets"]]
+    failing = list(record["failing"])
+    return ExecutionEvidence(tests=[], status="error", error="the trace runner stopped in its LDB phase",
+                             python=spectrum.python, seconds=float(record.get("at", 0.0)), log_tail=log_tail,
+                             requested=failing + list(record.get("passing", [])),
+                             functions={f.key: f for f in functions}, expected_failing=failing)
 
 
 def _test_run(record: dict) -> TracedTest:
@@ -247,15 +293,6 @@ def sample_passing(failing: Sequence[str], passing: Iterable[str], limit: int = 
     return chosen + spread_evenly(other, limit - len(chosen))
 
 
-def spread_evenly(items: list[str], k: int) -> list[str]:
-    """`k` of `items` at even intervals, in order."""
-    if k <= 0:
-        return []
-    if len(items) <= k:
-        return list(items)
-    return [items[i * len(items) // k] for i in range(k)]
-
-
 def qualify_test_ids(names: Sequence[str], files: dict[str, str]) -> list[str]:
     """pytest ids for bare test names (sympy's FAIL_TO_PASS lists `test_issue_123`): `file::name` or
     `file::Class::name`, looked up in `files` (path -> text, e.g. the test patch's files); other ids pass as given."""
@@ -283,12 +320,14 @@ def collect_spectrum(
     per_test_timeout: float = 60.0,
     python: str = DEFAULT_PYTHON,
     pytest_args: Sequence[str] = (),
+    ldb_top: int = 0,
 ) -> ExecutionEvidence:
     """Run the failing tests and a bounded sample of the passing ones with per-test coverage (failing tests first,
-    so a budget that runs out still leaves them)."""
+    so a budget that runs out still leaves them); `ldb_top`: then, in the same interpreter, the block states of
+    the spectrum's top functions (`block_traces`)."""
     tests = list(dict.fromkeys(failing)) + sample_passing(failing, passing, max_passing)
-    return run_traced(runtime, tests, failing=failing, budget_s=budget_s, per_test_timeout=per_test_timeout, python=python,
-                      pytest_args=pytest_args)
+    return run_traced(runtime, tests, failing=failing, budget_s=budget_s, per_test_timeout=per_test_timeout,
+                      python=python, pytest_args=pytest_args, ldb_top=ldb_top)
 
 
 # -- the coverage spectrum -------------------------------------------------------------------------------------------
@@ -314,61 +353,16 @@ class LineScore:
                 f"(ochiai {self.ochiai:.2f}, dstar {self.dstar:.2f})")
 
 
-def ochiai(ef: int, ep: int, failed: int) -> float:
-    """ef / sqrt(failed * (ef + ep)); 0 for a line no failing test runs."""
-    denominator = math.sqrt(failed * (ef + ep))
-    return ef / denominator if denominator else 0.0
-
-
-def dstar(ef: int, ep: int, failed: int, star: int = 2) -> float:
-    """ef^star / (ep + nf), the denominator floored at 0.5 so a line every failing and no passing test runs scores
-    highest instead of dividing by zero."""
-    return ef**star / max(ep + (failed - ef), 0.5)
-
-
-def _excluded(path: str) -> bool:
-    return is_test_path(path) or path.rsplit("/", 1)[-1] == "conftest.py"
-
-
 def rank_lines(evidence: ExecutionEvidence, formula: str = "ochiai", include_tests: bool = False) -> list[LineScore]:
     """Every line some failing test ran, best first. Test files are left out unless `include_tests`: the fix is in
     the code under test, and the failing test's own lines are run by it alone."""
     if formula not in ("ochiai", "dstar"):
         raise ValueError(f"formula must be 'ochiai' or 'dstar', got {formula!r}")
     failing, passing = evidence.failing, evidence.passing
-    counts: dict[tuple[str, int], list[int]] = {}
-    for runs, slot in ((failing, 0), (passing, 1)):
-        for test in runs:
-            for path, lines in test.lines.items():
-                if include_tests or not _excluded(path):
-                    for line in lines:
-                        counts.setdefault((path, line), [0, 0])[slot] += 1
-    recency = _recency(failing)
-    scores = []
-    for (path, line), (ef, ep) in counts.items():
-        if ef:
-            o, d = ochiai(ef, ep, len(failing)), dstar(ef, ep, len(failing))
-            main, other = (o, d) if formula == "ochiai" else (d, o)
-            seen = recency.get((path, line))
-            scores.append((main, other, LineScore(path, line, main, o, d, ef, ep, len(failing), len(passing), seen)))
-    # ties (common: a fault run by passing tests too shares its counts with its whole path) go to the line a failing
-    # test ran last: a failure surfaces soon after the fault, and the failure's reporting runs only in the test file
-    scores.sort(key=lambda s: (-s[0], -s[1], RECENT_UNSEEN if s[2].recency is None else s[2].recency,
-                               s[2].path, s[2].line))
-    return [s[2] for s in scores]
-
-
-#: the recency of a line no failing test ran recently: after every line one did
-RECENT_UNSEEN = 10**9
-
-
-def _recency(failing: list[TracedTest]) -> dict[tuple[str, int], int]:
-    """Per line, its best position in the failing tests' most-recent-first lists."""
-    best: dict[tuple[str, int], int] = {}
-    for test in failing:
-        for position, key in enumerate(test.recent):
-            best[key] = min(position, best.get(key, position))
-    return best
+    rows = line_spectrum([(t.lines, t.recent) for t in failing], [(t.lines, ()) for t in passing], formula,
+                         include_tests)
+    return [LineScore(path, line, score, o, d, ef, ep, len(failing), len(passing), recency)
+            for path, line, score, o, d, ef, ep, recency in rows]
 
 
 @dataclass(frozen=True)

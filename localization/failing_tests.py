@@ -7,7 +7,7 @@ A `FailingTests` value says which tests to trace and where they came from:
 - `reproduce`: the agent's own reproduction script (the `reproduce` node), run whole as one traced test
   (`script::PATH`), plus as passing tests the repository's test files named after the modules the script ran.
 
-`ExecutionSignals` traces them once (coverage per test, then block states of the top functions) and serves two
+`ExecutionSignals` traces them once (coverage per test, then block states of the top functions, in one interpreter) and serves two
 localizers over the result; `record()` is what the trajectory keeps: the runs, and the traces the suspects came from.
 """
 
@@ -27,14 +27,7 @@ from pinpoint.localization.execution import (
     SpectrumLocalizer,
     collect_spectrum,
 )
-from pinpoint.localization.ldb import (
-    LdbLocalizer,
-    collect_block_traces,
-    failing_trace,
-    llm_block_verdicts,
-    llm_ldb_suspects,
-    trace_targets,
-)
+from pinpoint.localization.ldb import LdbLocalizer, failing_trace, llm_block_verdicts, llm_ldb_suspects
 from pinpoint.localization.mbfl import MbflConfig, MbflLocalizer, MutationEvidence, collect_mbfl, tie_break
 from pinpoint.localization.retrieval import is_test_path
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
@@ -152,14 +145,13 @@ class ExecutionSignals:
             related = related_test_files(self.runtime, self.spectrum)
             if related:
                 self.spectrum = self._spectrum(related)
-        targets = trace_targets(self.spectrum, Sources(self.runtime), self.top_functions)
-        if targets and self.spectrum.failing:
-            self.traces = collect_block_traces(self.runtime, self.spectrum, targets, budget_s=self.budget_s,
-                                               python=self.tests.python)
+        self.traces = self.spectrum.block_traces
 
     def _spectrum(self, passing: list[str]) -> ExecutionEvidence:
+        """One run: the spectrum's tests, then in the same interpreter the block states of its top functions."""
         return collect_spectrum(self.runtime, self.tests.failing, passing, budget_s=self.budget_s,
-                                pytest_args=self.tests.pytest_args, python=self.tests.python)
+                                pytest_args=self.tests.pytest_args, python=self.tests.python,
+                                ldb_top=self.top_functions)
 
     def localizers(self, ask: Callable[[str], str] | None = None) -> list:
         """`spectrum` and `ldb`; with `ask` (an LLM), also `ldb_llm`: LDB's own verdict per block of the top

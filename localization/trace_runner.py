@@ -18,6 +18,7 @@ import heapq
 import importlib
 import itertools
 import json
+import math
 import os
 import re
 import reprlib
@@ -42,8 +43,11 @@ class Sink:
 
     def __init__(self, path):
         self.path = path
+        self.tests = []  # the spectrum phase's test records, for the LDB phase's choice of targets
 
     def write(self, record):
+        if record.get("kind") == "test" and "phase" not in record:
+            self.tests.append(record)
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record, default=str) + "\n")
             handle.flush()
@@ -166,16 +170,20 @@ class Tracer:
         self.lines = {}  # path -> {line: the tick of its last execution} (a failing test) or {line} (the others)
         self.clock = itertools.count()
         self.options = options
-        self.recorders = {}
-        for target in options.get("targets", []):
-            path = os.path.realpath(os.path.join(self.root, target["path"]))
-            self.recorders.setdefault(path, []).append(Recorder(target, options))
-        self.by_code = {}  # code object -> its Recorder, or None
+        self.set_targets(options.get("targets", []))
         self.failing = options.get("failing")
         self.reached = set()  # the code objects the failing tests ran
         self.full = True  # whether the current test traces every repository code object
         self.enabled = options.get("trace", True)
         self.active = False
+
+    def set_targets(self, targets):
+        """Trace only these functions from now on, for their block states (the LDB run, or the LDB phase)."""
+        self.recorders = {}
+        for target in targets:
+            path = os.path.realpath(os.path.join(self.root, target["path"]))
+            self.recorders.setdefault(path, []).append(Recorder(target, self.options))
+        self.by_code = {}  # code object -> its Recorder, or None
 
     def begin(self, nodeid):
         """Before a test: a failing one (or any, without `failing`) traces in full, the others only reached code."""
@@ -277,8 +285,9 @@ class Budget:
     `passing_floor_s`), and each one at most that phase's time (at least 1 s), so a slow suite stops sampling early
     and one slow passing test does not take the whole share."""
 
-    def __init__(self, options, started):
+    def __init__(self, options, started, phase_floor=0.0):
         self.started = started
+        self.phase_floor = phase_floor  # the LDB phase: its limits are at least the spectrum phase's
         self.deadline = started + options.get("budget_s", 600.0)
         self.why = f"overall budget of {options.get('budget_s', 600.0):g}s spent"
         self.per_test = options.get("per_test_timeout", 60.0)
@@ -286,13 +295,14 @@ class Budget:
         self.share = options.get("passing_share", 1.0)
         self.floor = options.get("passing_floor_s", 10.0)
         self.passing_phase = False
+        self.failing_phase_s = None  # how long the failing phase took, once the passing tests began
 
     def limit(self, nodeid):
         """The seconds this test may take (its alarm); 0 or less: it is not run (`why` says why)."""
         now = time.time()
         if self.failing is not None and not self.passing_phase and not any(covers(w, nodeid) for w in self.failing):
             self.passing_phase = True
-            phase = now - self.started
+            phase = self.failing_phase_s = max(now - self.started, self.phase_floor)
             self.per_test = min(self.per_test, max(1.0, phase))
             allowed = max(self.floor, self.share * phase)
             if now + allowed < self.deadline:
@@ -310,7 +320,7 @@ def _cut(text, limit=2000):
 class Plugin:
     """The pytest plugin: selects the requested ids, bounds time, traces call phases, writes one line per test."""
 
-    def __init__(self, options, sink, tracer, started):
+    def __init__(self, options, sink, tracer, started, ldb=None):
         self.options = options
         self.sink = sink
         self.tracer = tracer
@@ -320,6 +330,8 @@ class Plugin:
         self.collect_errors = {}
         self.collected = False
         self.current = None
+        self.ldb = ldb  # the LDB phase, run after the spectrum's tests in this session
+        self.phase = None  # "ldb" while it runs: its records say so
 
     # -- selection ------------------------------------------------------------------------------------------------
     def pytest_collectreport(self, report):
@@ -351,15 +363,42 @@ class Plugin:
         limit = self.budget.limit(item.nodeid)
         self.seen.add(item.nodeid)
         if limit <= 0:
-            self.sink.write({"kind": "test", "nodeid": item.nodeid, "outcome": "not_run", "message": self.budget.why})
+            record = {"kind": "test", "nodeid": item.nodeid, "outcome": "not_run", "message": self.budget.why}
+            self.sink.write(dict(record, phase=self.phase) if self.phase else record)
             return True  # claims the item: pytest runs nothing of it
         self.current = {"kind": "test", "nodeid": item.nodeid, "outcome": "passed", "message": "", "frames": [],
                         "started": time.time(), "timed_out": False, "limit": limit}
+        if self.phase:
+            self.current["phase"] = self.phase
         self.tracer.begin(item.nodeid)
         if hasattr(signal, "SIGALRM"):
             signal.signal(signal.SIGALRM, self.alarm)
             signal.setitimer(signal.ITIMER_REAL, limit)
         return None
+
+    def pytest_runtestloop(self, session):
+        """After pytest's own loop ran the spectrum's tests: the LDB phase, its tests run again as items."""
+        outcome = yield
+        if self.ldb is None or outcome.excinfo is not None:
+            return
+        items = {item.nodeid: item for item in session.items}
+        self.ldb.run(lambda budget: self.ldb_runner(items, budget), self.budget)
+
+    def ldb_runner(self, items, budget):
+        """Runs one id of the LDB phase: a collected item through pytest's protocol, anything else (a script) as a
+        plain call; `nextitem` is the id after it, so fixtures they share stay set up."""
+        self.budget, self.phase = budget, "ldb"
+
+        def run(nodeid, next_id):
+            item = items.get(nodeid)
+            if item is None:
+                self.sink.write(_plain_one(nodeid, budget, self.tracer, "ldb"))
+            else:
+                item.ihook.pytest_runtest_protocol(item=item, nextitem=items.get(next_id))
+                if self.current is not None:  # a test that ended its session early
+                    self.finish_test()
+
+        return run
 
     def alarm(self, signum, frame):
         if self.current is not None:
@@ -440,6 +479,164 @@ def covers(wanted, nodeid):
     return wanted.count("[") > wanted.count("]") and nodeid.startswith(wanted)
 
 
+# -- the spectrum, and the LDB phase it chooses -------------------------------------------------------------------
+# pinpoint's `localization.execution` imports the spectrum's rules from here (one rule on the host and in the box);
+# the runner itself needs them to choose the LDB targets without a second interpreter.
+
+#: outcomes that count as failing runs in a spectrum; `xfailed`, `skipped`, `not_run`, `not_found` count as neither
+FAILING = frozenset({"failed", "error", "timeout"})
+#: the recency of a line no failing test ran recently: after every line one did
+RECENT_UNSEEN = 10 ** 9
+
+
+def ochiai(ef, ep, failed):
+    """ef / sqrt(failed * (ef + ep)); 0 for a line no failing test runs."""
+    denominator = math.sqrt(failed * (ef + ep))
+    return ef / denominator if denominator else 0.0
+
+
+def dstar(ef, ep, failed, star=2):
+    """ef^star / (ep + nf), the denominator floored at 0.5 so a line every failing and no passing test runs scores
+    highest instead of dividing by zero."""
+    return ef ** star / max(ep + (failed - ef), 0.5)
+
+
+def excluded_path(path):
+    """Test code (tests/ folders, test_*.py, *_test.py: `retrieval.is_test_path`'s layouts) and conftest.py: the
+    fix is in the code under test, and a failing test's own lines are run by it alone."""
+    parts = path.split("/")
+    return (any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_")
+            or parts[-1].endswith("_test.py") or parts[-1] == "conftest.py")
+
+
+def spread_evenly(items, k):
+    """`k` of `items` at even intervals, in order."""
+    if k <= 0:
+        return []
+    if len(items) <= k:
+        return list(items)
+    return [items[i * len(items) // k] for i in range(k)]
+
+
+def line_spectrum(failing, passing, formula="ochiai", include_tests=False):
+    """Every line some failing run ran, best first, as (path, line, score, ochiai, dstar, ef, ep, recency).
+    `failing`, `passing`: per run, its lines ({path: lines}) and its recent lines ([(path, line)], most recent
+    first). Ties (common: a fault that passing tests also run shares its counts with its whole path) go to the
+    other formula, then to the line a failing test ran last (a failure surfaces soon after its fault), then path
+    order; a line no failing run ran recently has recency None."""
+    counts = {}
+    for runs, slot in ((failing, 0), (passing, 1)):
+        for lines, _recent in runs:
+            for path, found in lines.items():
+                if include_tests or not excluded_path(path):
+                    for line in found:
+                        counts.setdefault((path, line), [0, 0])[slot] += 1
+    recency = {}
+    for _lines, recent in failing:
+        for position, (path, line) in enumerate(recent):
+            key = (path, int(line))
+            recency[key] = min(position, recency.get(key, position))
+    rows = []
+    for (path, line), (ef, ep) in counts.items():
+        if ef:
+            o, d = ochiai(ef, ep, len(failing)), dstar(ef, ep, len(failing))
+            main, other = (o, d) if formula == "ochiai" else (d, o)
+            rows.append((main, other, recency.get((path, line)), path, line, o, d, ef, ep))
+    rows.sort(key=lambda r: (-r[0], -r[1], RECENT_UNSEEN if r[2] is None else r[2], r[3], r[4]))
+    return [(path, line, main, o, d, ef, ep, seen) for main, _other, seen, path, line, o, d, ef, ep in rows]
+
+
+def load_blocks(path):
+    """pinpoint's `localization/blocks.py` (standard library only), shipped beside the runner: the same function
+    spans and basic blocks as the host's."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pinpoint_blocks", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _source(root, path):
+    try:
+        with open(os.path.join(root, path), encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def choose_targets(records, options, blocks):
+    """What pinpoint's `ldb.trace_targets` and `collect_block_traces` choose from a spectrum, from its records:
+    the `top` functions the spectrum ranks highest (module-level code counts, and has no blocks), split into
+    blocks; the failing runs; up to `max_passing` passing runs that ran a target, spread evenly."""
+    plan = options["ldb"]
+    wanted = options.get("failing")
+    failing = [r for r in records if r["outcome"] in FAILING
+               and (wanted is None or any(covers(w, r["nodeid"]) for w in wanted))]
+    passing = [r for r in records if r["outcome"] == "passed"]
+    lines = line_spectrum([(r.get("lines") or {}, r.get("recent") or ()) for r in failing],
+                          [(r.get("lines") or {}, ()) for r in passing])
+    texts, spans, chosen = {}, {}, {}
+    for path, line, *_ in lines:
+        if len(chosen) >= plan.get("top", 3):
+            break
+        if path not in spans:
+            texts[path] = _source(options["root"], path)
+            try:
+                spans[path] = blocks.function_spans(texts[path] or "")
+            except (SyntaxError, ValueError):
+                spans[path] = []
+        span = blocks.innermost_function(spans[path], line)
+        chosen.setdefault((path, span.qualname if span else "<module>"), span)
+    targets = [blocks.function_blocks(texts[path], line=span.def_line, path=path).to_json()
+               for (path, _name), span in chosen.items() if span is not None and texts[path] is not None]
+
+    def runs_a_target(record):
+        return any(set(range(t["first_line"], t["end_line"] + 1)) & set((record.get("lines") or {}).get(t["path"], ()))
+                   for t in targets)
+
+    chosen_passing = spread_evenly([r["nodeid"] for r in passing if runs_a_target(r)], plan.get("max_passing", 10))
+    return targets, [r["nodeid"] for r in failing], chosen_passing
+
+
+class LdbPhase:
+    """LDB in the spectrum's own interpreter: once the spectrum's tests have run, its targets are chosen here
+    (`choose_targets`) and the failing tests and the chosen passing ones run again, tracing only the targets'
+    block states; their records say `"phase": "ldb"`. Its limits are those a separate LDB run had: a budget of
+    its own, and a failing phase at least as long as the spectrum's (which held the interpreter's start, the
+    imports and the collection a second run would pay again)."""
+
+    def __init__(self, options, sink, tracer, started):
+        self.options = options
+        self.sink = sink
+        self.tracer = tracer
+        self.started = started
+        self.done = False
+
+    def run(self, make_runner, spectrum_budget):
+        """`make_runner(budget)` gives `run(nodeid, next_id)`, which runs one id and writes its record;
+        `spectrum_budget`: the spectrum phase's, which knows how long its failing phase took."""
+        if self.done:
+            return
+        self.done = True
+        blocks = load_blocks(self.options["ldb"]["blocks"])
+        targets, failing, passing = choose_targets(self.sink.tests, self.options, blocks)
+        now = time.time()
+        self.sink.write({"kind": "ldb", "targets": targets, "failing": failing, "passing": passing,
+                         "at": round(now - self.started, 3)})
+        if not targets or not failing:
+            return
+        spectrum_phase = spectrum_budget.failing_phase_s
+        self.tracer.set_targets(targets)
+        self.tracer.failing = failing
+        budget = Budget(dict(self.options, failing=failing), now,
+                        phase_floor=now - self.started if spectrum_phase is None else spectrum_phase)
+        run = make_runner(budget)
+        ids = failing + passing
+        for index, nodeid in enumerate(ids):
+            run(nodeid, ids[index + 1] if index + 1 < len(ids) else None)
+
+
 def _frames(tb, tracer, keep=8):
     """The deepest `keep` frames of a traceback that lie in repository files: [path, line, function, source]."""
     frames = []
@@ -455,12 +652,14 @@ def _hooks(pytest, plugin):
     pytest.hookimpl(hookwrapper=True, tryfirst=True)(Plugin.pytest_runtest_call)
     pytest.hookimpl(hookwrapper=True)(Plugin.pytest_runtest_makereport)
     pytest.hookimpl(tryfirst=True)(Plugin.pytest_runtest_protocol)
+    pytest.hookimpl(hookwrapper=True)(Plugin.pytest_runtestloop)
     return plugin
 
 
-def run_pytest(pytest, options, sink, tracer, started):
-    """The requested ids through pytest.main, in-process, with the plugin; returns the `end` record's fields."""
-    plugin = _hooks(pytest, Plugin(options, sink, tracer, started))
+def run_pytest(pytest, options, sink, tracer, started, ldb=None):
+    """The requested ids through pytest.main, in-process, with the plugin (and after them the LDB phase, where
+    `ldb` is given); returns the `end` record's fields."""
+    plugin = _hooks(pytest, Plugin(options, sink, tracer, started, ldb))
     sys.path.insert(0, options["root"])  # as `python -m pytest` does: the repository's own packages import
     files = list(dict.fromkeys(t.split("::", 1)[0] for t in options["tests"]))
     args = [*files, "-p", "no:cacheprovider", "--assert=plain", "-q", "--rootdir", options["root"],
@@ -510,33 +709,41 @@ def _plain_test(nodeid):
     return getattr(target(), parts[2]) if len(parts) == 3 else target
 
 
-def run_plain(options, sink, tracer, started, why):
+def run_plain(options, sink, tracer, started, why, ldb=None):
     """Without pytest (sympy's environments have none): each id is imported (not traced, as collection) and called
-    with the tracer on; fixtures and parametrized ids need pytest and are reported so."""
+    with the tracer on, then the LDB phase where `ldb` is given; fixtures and parametrized ids need pytest and are
+    reported so."""
     sys.path.insert(0, options["root"])
     budget = Budget(options, started)
     for nodeid in options["tests"]:
-        record = {"kind": "test", "nodeid": nodeid, "outcome": "passed", "message": "", "frames": [], "lines": {},
-                  "blocks": {}, "duration_s": 0.0}
-        began = time.time()
-        limit = budget.limit(nodeid)
-        if limit <= 0:
-            sink.write(dict(record, outcome="not_run", message=budget.why))
-            continue
-        try:
-            test = _plain_test(nodeid)
-        except LookupError as exc:
-            sink.write(dict(record, outcome="not_found", message=str(exc)))
-            continue
-        except Exception as exc:
-            sink.write(dict(record, outcome="error", message=_cut(f"import error: {type(exc).__name__}: {exc}", 1500)))
-            continue
-        tracer.begin(nodeid)
-        record.update(_call_plain(test, tracer, limit))
-        record["duration_s"] = round(time.time() - began, 3)
-        record["lines"], record["recent"], record["blocks"] = tracer.take()
-        sink.write(record)
+        sink.write(_plain_one(nodeid, budget, tracer))
+    if ldb is not None:
+        ldb.run(lambda ldb_budget: lambda nodeid, _next: sink.write(_plain_one(nodeid, ldb_budget, tracer, "ldb")),
+                budget)
     return {"status": "finished", "error": "", "exit_code": 0, "pytest": f"none ({why}); plain calls"}
+
+
+def _plain_one(nodeid, budget, tracer, phase=None):
+    """One id imported and called under the tracer, within its budget: its record."""
+    record = {"kind": "test", "nodeid": nodeid, "outcome": "passed", "message": "", "frames": [], "lines": {},
+              "blocks": {}, "duration_s": 0.0}
+    if phase:
+        record["phase"] = phase
+    began = time.time()
+    limit = budget.limit(nodeid)
+    if limit <= 0:
+        return dict(record, outcome="not_run", message=budget.why)
+    try:
+        test = _plain_test(nodeid)
+    except LookupError as exc:
+        return dict(record, outcome="not_found", message=str(exc))
+    except Exception as exc:
+        return dict(record, outcome="error", message=_cut(f"import error: {type(exc).__name__}: {exc}", 1500))
+    tracer.begin(nodeid)
+    record.update(_call_plain(test, tracer, limit))
+    record["duration_s"] = round(time.time() - began, 3)
+    record["lines"], record["recent"], record["blocks"] = tracer.take()
+    return record
 
 
 def _call_plain(test, tracer, per_test):
@@ -913,15 +1120,17 @@ def main(argv):
     tracer = Tracer(options["root"], options)
     scripts = [t for t in options["tests"] if t.startswith(SCRIPT_PREFIX)]
     options["tests"] = [t for t in options["tests"] if not t.startswith(SCRIPT_PREFIX)]
+    ldb = LdbPhase(options, sink, tracer, started) if options.get("ldb") else None
     if scripts:  # first: they are the failing evidence, and a short budget must keep them
-        end = run_plain(dict(options, tests=scripts), sink, tracer, started, "scripts run whole")
+        end = run_plain(dict(options, tests=scripts), sink, tracer, started, "scripts run whole",
+                        None if options["tests"] else ldb)
     if options["tests"] or not scripts:
         try:
             import pytest
         except ImportError as exc:
-            end = run_plain(options, sink, tracer, started, f"import error: {exc}")
+            end = run_plain(options, sink, tracer, started, f"import error: {exc}", ldb)
         else:
-            end = run_pytest(pytest, options, sink, tracer, started)
+            end = run_pytest(pytest, options, sink, tracer, started, ldb)
     sink.write(dict(kind="end", seconds=round(time.time() - started, 3), **end))
     return 0
 

@@ -373,7 +373,7 @@ def test_spectrum_in_a_real_instance_container_ranks_a_gold_line_in_the_top_10(d
         runtime.write_file("/tmp/pinpoint-test.patch", instance.test_patch)
         assert runtime.run("git apply /tmp/pinpoint-test.patch").ok
         before = runtime.diff()
-        evidence = collect_spectrum(runtime, list(instance.FAIL_TO_PASS), list(instance.PASS_TO_PASS))
+        evidence = collect_spectrum(runtime, list(instance.FAIL_TO_PASS), list(instance.PASS_TO_PASS), ldb_top=2)
         assert runtime.diff() == before  # tracing wrote nothing into the repository
         assert evidence.status == "finished", evidence.log_tail
         assert all(evidence.outcome(t) == "failed" for t in instance.FAIL_TO_PASS)
@@ -382,7 +382,40 @@ def test_spectrum_in_a_real_instance_container_ranks_a_gold_line_in_the_top_10(d
         top = [(s.path, s.line) for s in rank_lines(evidence)[:10]]
         assert any(line in gold.get(path, ()) for path, line in top), top
 
-        traces = collect_block_traces(runtime, evidence, trace_targets(evidence, Sources(runtime), top=2))
-        assert traces.status == "finished" and traces.python.startswith("3.")
+        traces = evidence.block_traces  # the same interpreter's LDB phase: what a second run gives
+        assert traces is not None and traces.status == "finished" and traces.python.startswith("3.")
         assert any(failing_trace(traces, key) is not None for key in traces.functions)
+        _same_traces(traces, collect_block_traces(runtime, evidence, trace_targets(evidence, Sources(runtime), top=2)))
         assert runtime.diff() == before
+
+
+def _same_traces(one: ExecutionEvidence, two: ExecutionEvidence) -> None:
+    """Two LDB runs traced the same: targets, tests, outcomes, block states and the suspects from them."""
+    assert one.functions == two.functions
+    assert [(t.nodeid, t.outcome, t.blocks, t.lines) for t in one.tests] == [
+        (t.nodeid, t.outcome, t.blocks, t.lines) for t in two.tests]
+    assert ldb_suspects(one) == ldb_suspects(two)
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["pytest", "plain calls"])
+def test_one_interpreter_chooses_the_ldb_targets_itself_and_traces_what_a_second_run_did(runtime, tmp_path, bare):
+    """The spectrum's run goes on to the LDB phase (targets chosen in the box from its own records, by the host's
+    rules) and gives the block states that choosing host-side and running a second interpreter gives."""
+    python = sys.executable
+    if bare:  # no pytest in it, as in sympy's environments
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+        python = str(tmp_path / "bare" / "bin" / "python")
+    spectrum = collect_spectrum(runtime, FAILING, PASSING, python=python)
+    targets = trace_targets(spectrum, Sources(runtime), top=3)
+    separate = collect_block_traces(runtime, spectrum, targets, python=python)
+    one = collect_spectrum(runtime, FAILING, PASSING, python=python, ldb_top=3)
+    assert one.status == "finished" and rank_lines(one) == rank_lines(spectrum)
+    assert [t.nodeid for t in one.tests] == [t.nodeid for t in spectrum.tests]  # the LDB phase's runs kept apart
+    traces = one.block_traces
+    assert traces is not None and traces.status == "finished" and list(traces.functions) == [t.key for t in targets]
+    assert [t.nodeid for t in traces.failing] == FAILING and traces.passing
+    _same_traces(traces, separate)
+    assert traces.seconds > 0 and one.seconds > 0
+    assert runtime.diff() == ""
+    none_failing = collect_spectrum(runtime, ["tests/test_calc.py::test_small"], PASSING, python=python, ldb_top=3)
+    assert none_failing.block_traces is None  # nothing failed: no targets, no LDB phase
