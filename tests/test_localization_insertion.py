@@ -113,4 +113,5 @@ def test_the_bench_reports_how_many_rows_each_ranking_reaches_an_insertions_gold
     costs = [{"predicates_seconds": 10.0, "predicates_ran": 4, "execution_seconds": 5.0, "failing_test_seconds": 0.1},
              {"predicates_seconds": 90.0, "predicates_ran": 6, "execution_seconds": 5.0, "failing_test_seconds": 0.1,
               "failing_run_seconds": 2.0}]
-    assert signal_cost("predicates", costs).endswith("within 3x + 60 s on 1/2 rows")  # 90 > 3 x 2 + 60
+    assert signal_cost("predicates", costs).endswith("within 3x + 60 s on 1/2 rows (>= 90%: not met)")  # 90 > 66
+    assert signal_cost("execution", costs).endswith("on 2/2 rows (>= 90%: met)")  # the spectrum + LDB, same budget

@@ -30,7 +30,8 @@ from pinpoint.localization.execution import Sources
 from pinpoint.localization.fusion import fuse, top_lines
 from pinpoint.localization.lab import ties
 from pinpoint.localization.lab.corpora import patch_gold_lines
-from pinpoint.localization.lab.fusion_choice import VARIANTS, format_choice, variant_fusion
+from pinpoint.localization.lab.fusion_choice import AGENT_DEFAULT, VARIANTS, format_choice, variant_fusion
+from pinpoint.localization.lab.line_misses import format_misses
 from pinpoint.localization.learned_fusion import (
     FusionModel,
     LearnedFusion,
@@ -415,19 +416,20 @@ def format_table(setting: str, rows: list[dict]) -> str:
     seconds = sum(r["seconds"] for r in good) / max(1, len(good))
     head = (f"setting {setting}: {len(good)} rows ({len(rows) - len(good)} errors), {seconds:.1f} s per row; "
             "baselines: lexical = grep, bm25 = BM25 over file contents")
-    lines = [head, f"{'signal':<11}" + "".join(f"{m:>13}" for m in METRICS)]
+    w = max([11, *(len(n) + 1 for n in table)])
+    lines = [head, f"{'signal':<{w}}" + "".join(f"{m:>13}" for m in METRICS)]
     for name, values in table.items():
-        lines.append(f"{name:<11}" + "".join(f"{values[m]:>13.2f}" for m in METRICS))
+        lines.append(f"{name:<{w}}" + "".join(f"{values[m]:>13.2f}" for m in METRICS))
     lines.append("in expectation over ties (a tie group straddling k counts as the chance a random order puts gold "
                  "within k); top tie group: mean / median size over rows")
-    lines.append(f"{'signal':<11}" + "".join(f"{m:>13}" for m in EXPECTED) + "".join(f"{m:>15}" for m in TIES))
+    lines.append(f"{'signal':<{w}}" + "".join(f"{m:>13}" for m in EXPECTED) + "".join(f"{m:>15}" for m in TIES))
     for name, values in table.items():
-        lines.append(f"{name:<11}" + "".join(f"{values[m]:>13.2f}" for m in EXPECTED)
+        lines.append(f"{name:<{w}}" + "".join(f"{values[m]:>13.2f}" for m in EXPECTED)
                      + "".join(f"{values[m]:>8.1f} /{values[m + '_median']:>5.0f}" for m in TIES))
     costs = [r["cost"] for r in good if "execution_seconds" in r.get("cost", {})]
     if costs:
         lines.append(execution_cost(costs))
-    for name in ("mbfl", "predicates", "insertion"):
+    for name in ("execution", "mbfl", "predicates", "insertion"):
         spent = [r["cost"] for r in good if f"{name}_seconds" in r.get("cost", {})]
         if spent:
             lines.append(signal_cost(name, spent))
@@ -435,20 +437,26 @@ def format_table(setting: str, rows: list[dict]) -> str:
         lines.append(insertion_reach(good))
     if any(n in r["signals"] for r in good for n in VARIANTS):
         lines.append(format_choice(good, CHOICE_METRICS))
+        lines.append(format_misses(good, AGENT_DEFAULT))
     return "\n".join(lines)
 
 
+#: what each signal's cost line counts beside its seconds
+COST_UNITS = {"execution": "traced tests", "mbfl": "mutants run", "predicates": "switches run", "insertion": "points"}
+
+
 def signal_cost(name: str, costs: Sequence[dict]) -> str:
-    """A targeted signal's cost beside the spectrum's and the failing tests' own run (the budget: 3x that + 60 s;
-    the own run as `execution_cost` reads it)."""
+    """A signal's cost (`execution`: the spectrum + LDB traced runs) beside the failing tests' own run, against
+    the issue's budget: within 3x that + 60 s on at least 90% of rows (the own run as `execution_cost` reads it)."""
     within = sum(c[f"{name}_seconds"] <= 3 * own_run(c) + 60 for c in costs)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    what = {"mbfl": "mutants run", "predicates": "switches run", "insertion": "points"}[name]
+    ran = f", {med([c[f'{name}_ran'] for c in costs])} {COST_UNITS[name]}" if all(f"{name}_ran" in c for c in costs) \
+        else ""
+    verdict = "met" if within >= 0.9 * len(costs) else "not met"
     return (f"{name} cost: median {med([c[f'{name}_seconds'] for c in costs]):.1f} s (max "
-            f"{max(c[f'{name}_seconds'] for c in costs):.1f}), {med([c.get(f'{name}_ran', 0) for c in costs])} "
-            f"{what}, against {med([c['execution_seconds'] for c in costs]):.1f} s traced (spectrum + LDB) and "
-            f"{med([own_run(c) for c in costs]):.2f} s of the failing tests' own run; "
-            f"within 3x + 60 s on {within}/{len(costs)} rows")
+            f"{max(c[f'{name}_seconds'] for c in costs):.1f}){ran}, against "
+            f"{med([own_run(c) for c in costs]):.2f} s of the failing tests' own run; within 3x + 60 s on "
+            f"{within}/{len(costs)} rows (>= 90%: {verdict})")
 
 
 def insertion_reach(rows: Sequence[dict], k: int = 10) -> str:
@@ -461,7 +469,7 @@ def insertion_reach(rows: Sequence[dict], k: int = 10) -> str:
     def reached(name: str) -> int:
         return sum(any(n in r["insertion_gold"].get(p, ()) for p, n in r["signals"].get(name, {}).get(
             "top_lines", [])[:k]) for r in with_ins)
-    names = [n for n in ("insertion", "spectrum", "fused_split", "fused_ins", "fused_insertion")
+    names = [n for n in ("insertion", "spectrum", "fused_split", "fused_ins", "fused_insertion", AGENT_DEFAULT)
              if any(n in r["signals"] for r in with_ins)]
     return (f"insertions: {ins} of {gold} gold lines on {len(with_ins)}/{len(rows)} rows are pure insertions; "
             f"rows with an insertion's gold line in the top {k}: " + ", ".join(f"{n} {reached(n)}" for n in names))
