@@ -128,6 +128,10 @@ class ExecutionEvidence:
     expected_failing: list[str] | None = None
     #: the LDB phase of the same run (`run_traced(ldb_top=)`): the targets' block states, None where it chose none
     block_traces: ExecutionEvidence | None = None
+    #: passing candidates the coverage pre-pass ran (`select="coverage"`), and of those how many entered a function
+    #: the failing tests ran
+    screened: int = 0
+    screened_entering: int = 0
 
     def _expected(self, test: TracedTest) -> bool:
         wanted = self.expected_failing
@@ -155,7 +159,10 @@ class ExecutionEvidence:
             counts[t.outcome] = counts.get(t.outcome, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         tail = f"; {self.error.splitlines()[-1][:200]}" if self.error.strip() else ""
-        return f"{len(self.tests)} tests traced ({parts or 'none'}) in {self.seconds:.1f}s, {self.status}{tail}"
+        screen = (f" ({self.screened} passing candidates screened, {self.screened_entering} entering the failing "
+                  "tests' functions)" if self.screened else "")
+        return (f"{len(self.tests)} tests traced ({parts or 'none'}){screen} in {self.seconds:.1f}s, "
+                f"{self.status}{tail}")
 
 
 # -- running the tracer -------------------------------------------------------------------------------------------
@@ -173,18 +180,23 @@ def run_traced(
     trace: bool = True,
     ldb_top: int = 0,
     ldb_passing: int = 10,
+    select: int = 0,
 ) -> ExecutionEvidence:
     """Run pytest ids in `runtime` under the trace runner; never writes into the repository (all of it goes to a
     fresh folder under /tmp, removed afterwards). `failing`: the tests expected to fail (see ExecutionEvidence;
     the other tests trace only the code those ran). `trace` false: outcomes only, nothing traced. `ldb_top`: the
     same interpreter then traces the block states of the spectrum's top functions in the failing tests and up to
     `ldb_passing` passing tests that ran one (`block_traces`; what `ldb.trace_targets` and `collect_block_traces`
-    would choose, without a second interpreter's start, imports and collection)."""
+    would choose, without a second interpreter's start, imports and collection). `select`: the tests after the
+    failing ones are candidates, screened (a call-level pre-pass) and this many of them traced as the passing
+    tests, chosen by the failing tests' functions they enter (the runner's `choose_by_coverage`)."""
     folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
     options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
                "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
                "targets": [t.to_json() for t in targets], "failing": list(failing) if failing else None,
                "trace": trace}
+    if select and trace and failing:
+        options.update(select="coverage", max_passing=select)
     runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
     if ldb_top and trace and failing:
         options["ldb"] = {"top": ldb_top, "max_passing": ldb_passing, "blocks": f"{folder}/pinpoint_blocks.py"}
@@ -201,7 +213,7 @@ def run_traced(
     except (FileNotFoundError, OSError):
         raw = ""
     runtime.run(f"rm -rf {shlex.quote(folder)}", timeout=60)
-    evidence = parse_results(raw, requested=list(tests), log_tail=result.output[-3000:])
+    evidence = parse_results(raw, requested=list(tests), log_tail=result.output[-3000:], failing=failing)
     evidence.functions = {t.key: t for t in targets}
     evidence.expected_failing = list(failing) if failing is not None else None
     for part in (evidence, evidence.block_traces):
@@ -212,9 +224,11 @@ def run_traced(
     return evidence
 
 
-def parse_results(raw: str, requested: list[str], log_tail: str = "") -> ExecutionEvidence:
+def parse_results(raw: str, requested: list[str], log_tail: str = "",
+                  failing: Sequence[str] | None = None) -> ExecutionEvidence:
     """The runner's JSON lines as typed evidence, its LDB phase's as `block_traces`; a truncated last line (a
-    killed run) is skipped."""
+    killed run) is skipped. `failing`: the requested failing ids (with a coverage pre-pass, they and the chosen
+    candidates are what was meant to run traced)."""
     evidence = ExecutionEvidence(tests=[], status="error", requested=requested, log_tail=log_tail,
                                  error="the trace runner wrote nothing (see log_tail)")
     ldb: ExecutionEvidence | None = None
@@ -230,6 +244,12 @@ def parse_results(raw: str, requested: list[str], log_tail: str = "") -> Executi
             (ldb if record.get("phase") == "ldb" and ldb is not None else evidence).tests.append(_test_run(record))
         elif kind == "ldb" and record.get("targets") and record.get("failing"):
             ldb = _ldb_phase(record, evidence, log_tail)
+        elif kind == "screen":
+            evidence.screened += 1
+            evidence.screened_entering += record.get("entered", 0) > 0
+        elif kind == "chosen":  # the candidates not chosen were never meant to run traced
+            chosen = set(record["tests"]) | set(failing or ())
+            evidence.requested = [t for t in requested if t in chosen]
         elif kind == "end":
             for part in (evidence, ldb):
                 if part is not None:
@@ -321,13 +341,24 @@ def collect_spectrum(
     python: str = DEFAULT_PYTHON,
     pytest_args: Sequence[str] = (),
     ldb_top: int = 0,
+    select: str = "file",
 ) -> ExecutionEvidence:
     """Run the failing tests and a bounded sample of the passing ones with per-test coverage (failing tests first,
     so a budget that runs out still leaves them); `ldb_top`: then, in the same interpreter, the block states of
-    the spectrum's top functions (`block_traces`)."""
-    tests = list(dict.fromkeys(failing)) + sample_passing(failing, passing, max_passing)
+    the spectrum's top functions (`block_traces`). `select`: how the `max_passing` passing tests are chosen:
+    `file` (the failing tests' files first, spread evenly) or `coverage` (up to `SCREENED` candidates, sampled so,
+    screened in the box by the failing tests' functions they enter)."""
+    if select not in ("file", "coverage"):
+        raise ValueError(f"select must be 'file' or 'coverage', got {select!r}")
+    pool = SCREENED if select == "coverage" else max_passing
+    tests = list(dict.fromkeys(failing)) + sample_passing(failing, passing, pool)
     return run_traced(runtime, tests, failing=failing, budget_s=budget_s, per_test_timeout=per_test_timeout,
-                      python=python, pytest_args=pytest_args, ldb_top=ldb_top)
+                      python=python, pytest_args=pytest_args, ldb_top=ldb_top,
+                      select=max_passing if select == "coverage" else 0)
+
+
+#: the most passing candidates the coverage pre-pass screens
+SCREENED = 200
 
 
 # -- the coverage spectrum -------------------------------------------------------------------------------------------

@@ -113,20 +113,26 @@ def related_test_files(runtime: Runtime, evidence: ExecutionEvidence, limit: int
     return found[:limit]
 
 
+#: how the spectrum's passing tests are chosen (`collect_spectrum`'s `select`): `file` or `coverage`
+PASSING_SELECTION = "file"
+
+
 class ExecutionSignals:
     """The failing tests traced once, on first use, served as the `spectrum` and `ldb` localizers. Without tests
     yet (`tests=None`: the reproduction has not run) it waits, and its localizers find nothing."""
 
     def __init__(self, runtime: Runtime, tests: FailingTests | None, budget_s: float = 300.0,
                  top_functions: int = 3, mbfl: MbflConfig | None = None,
-                 predicates: ps.PredicateConfig | None = None, insertion: bool = False):
+                 predicates: ps.PredicateConfig | None = None, insertion: bool = False, select: str | None = None):
         """`mbfl`, `predicates`, `insertion`: also those targeted signals (run after the spectrum, on first use),
         each splitting the spectrum's ties in that order, or fused as a member where its config says
-        (`fuse_member`), and recorded with its suspects; off by default."""
+        (`fuse_member`), and recorded with its suspects; off by default. `select`: how the passing tests are
+        chosen (`PASSING_SELECTION` unless given)."""
         self.runtime = runtime
         self.tests = tests
         self.budget_s = budget_s
         self.top_functions = top_functions
+        self.select = select or PASSING_SELECTION
         self.spectrum: ExecutionEvidence | None = None
         self.traces: ExecutionEvidence | None = None
         self.mbfl = mbfl
@@ -151,7 +157,7 @@ class ExecutionSignals:
         """One run: the spectrum's tests, then in the same interpreter the block states of its top functions."""
         return collect_spectrum(self.runtime, self.tests.failing, passing, budget_s=self.budget_s,
                                 pytest_args=self.tests.pytest_args, python=self.tests.python,
-                                ldb_top=self.top_functions)
+                                ldb_top=self.top_functions, select=self.select)
 
     def localizers(self, ask: Callable[[str], str] | None = None) -> list:
         """`spectrum` and `ldb`; with `ask` (an LLM), also `ldb_llm`: LDB's own verdict per block of the top

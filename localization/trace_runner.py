@@ -174,6 +174,8 @@ class Tracer:
         self.failing = options.get("failing")
         self.reached = set()  # the code objects the failing tests ran
         self.full = True  # whether the current test traces every repository code object
+        self.screening = False  # the coverage pre-pass: calls into reached code noted, no line traced
+        self.entered = set()
         self.enabled = options.get("trace", True)
         self.active = False
 
@@ -185,9 +187,17 @@ class Tracer:
             self.recorders.setdefault(path, []).append(Recorder(target, self.options))
         self.by_code = {}  # code object -> its Recorder, or None
 
-    def begin(self, nodeid):
-        """Before a test: a failing one (or any, without `failing`) traces in full, the others only reached code."""
+    def begin(self, nodeid, screen=False):
+        """Before a test: a failing one (or any, without `failing`) traces in full, the others only reached code;
+        `screen`: only which reached functions it enters (the coverage pre-pass)."""
         self.full = self.failing is None or any(covers(w, nodeid) for w in self.failing)
+        self.screening = screen
+
+    def take_entered(self):
+        """The functions of code under test (not test files) that the failing tests ran and this screened test
+        entered; clears them."""
+        entered, self.entered = self.entered, set()
+        return {code for code in entered if not excluded_path(self.files[code.co_filename])}
 
     def relative(self, filename):
         """The repository-relative path of a code object's file, or None for anything outside the repository."""
@@ -223,6 +233,10 @@ class Tracer:
             if rec is None:
                 return None
             return rec.tracer(self.lines.setdefault(self.relative(code.co_filename), {}), self.clock)
+        if self.screening:
+            if code in self.reached:
+                self.entered.add(code)
+            return None
         if not self.full:
             if code not in self.reached:
                 return None
@@ -288,11 +302,13 @@ class Budget:
     def __init__(self, options, started, phase_floor=0.0):
         self.started = started
         self.phase_floor = phase_floor  # the LDB phase: its limits are at least the spectrum phase's
-        self.deadline = started + options.get("budget_s", 600.0)
-        self.why = f"overall budget of {options.get('budget_s', 600.0):g}s spent"
+        self.deadline = self.overall = started + options.get("budget_s", 600.0)
+        self.why = self.overall_why = f"overall budget of {options.get('budget_s', 600.0):g}s spent"
         self.per_test = options.get("per_test_timeout", 60.0)
         self.failing = options.get("failing")
         self.share = options.get("passing_share", 1.0)
+        #: with the coverage pre-pass on, it runs first in a window of its own
+        self.screen_share = options.get("screen_share", 0.5) if options.get("select") == "coverage" else None
         self.floor = options.get("passing_floor_s", 10.0)
         self.passing_phase = False
         self.failing_phase_s = None  # how long the failing phase took, once the passing tests began
@@ -304,12 +320,21 @@ class Budget:
             self.passing_phase = True
             phase = self.failing_phase_s = max(now - self.started, self.phase_floor)
             self.per_test = min(self.per_test, max(1.0, phase))
-            allowed = max(self.floor, self.share * phase)
-            if now + allowed < self.deadline:
-                self.deadline = now + allowed
-                self.why = (f"passing-test budget of {allowed:.1f}s spent ({self.share:g}x the "
-                            f"{phase:.1f}s until the failing tests had run)")
+            if self.screen_share is None:
+                self.window(self.share, "passing-test")
+            else:
+                self.window(self.screen_share, "coverage pre-pass")
         return min(self.per_test, self.deadline - now)
+
+    def window(self, share, what):
+        """From now, `share` of the failing phase's time (at least the floor), within the overall budget."""
+        allowed = max(self.floor, share * self.failing_phase_s)
+        if time.time() + allowed < self.overall:
+            self.deadline = time.time() + allowed
+            self.why = (f"{what} budget of {allowed:.1f}s spent ({share:g}x the "
+                        f"{self.failing_phase_s:.1f}s until the failing tests had run)")
+        else:
+            self.deadline, self.why = self.overall, self.overall_why
 
 
 def _cut(text, limit=2000):
@@ -320,7 +345,7 @@ def _cut(text, limit=2000):
 class Plugin:
     """The pytest plugin: selects the requested ids, bounds time, traces call phases, writes one line per test."""
 
-    def __init__(self, options, sink, tracer, started, ldb=None):
+    def __init__(self, options, sink, tracer, started, ldb=None, screen=None):
         self.options = options
         self.sink = sink
         self.tracer = tracer
@@ -331,7 +356,9 @@ class Plugin:
         self.collected = False
         self.current = None
         self.ldb = ldb  # the LDB phase, run after the spectrum's tests in this session
+        self.screen = screen  # the coverage pre-pass, where on
         self.phase = None  # "ldb" while it runs: its records say so
+        self.screening = screen is not None  # until the pre-pass is over
 
     # -- selection ------------------------------------------------------------------------------------------------
     def pytest_collectreport(self, report):
@@ -362,15 +389,21 @@ class Plugin:
     def pytest_runtest_protocol(self, item, nextitem):
         limit = self.budget.limit(item.nodeid)
         self.seen.add(item.nodeid)
+        screen = self.screening and self.screen.takes(item.nodeid)
         if limit <= 0:
             record = {"kind": "test", "nodeid": item.nodeid, "outcome": "not_run", "message": self.budget.why}
-            self.sink.write(dict(record, phase=self.phase) if self.phase else record)
+            if screen:
+                self.screen.keep(record, set())
+            else:
+                self.sink.write(dict(record, phase=self.phase) if self.phase else record)
             return True  # claims the item: pytest runs nothing of it
         self.current = {"kind": "test", "nodeid": item.nodeid, "outcome": "passed", "message": "", "frames": [],
                         "started": time.time(), "timed_out": False, "limit": limit}
         if self.phase:
             self.current["phase"] = self.phase
-        self.tracer.begin(item.nodeid)
+        if screen:
+            self.current["screen"] = True
+        self.tracer.begin(item.nodeid, screen=screen)
         if hasattr(signal, "SIGALRM"):
             signal.signal(signal.SIGALRM, self.alarm)
             signal.setitimer(signal.ITIMER_REAL, limit)
@@ -379,10 +412,17 @@ class Plugin:
     def pytest_runtestloop(self, session):
         """After pytest's own loop ran the spectrum's tests: the LDB phase, its tests run again as items."""
         outcome = yield
-        if self.ldb is None or outcome.excinfo is not None:
+        if outcome.excinfo is not None:
             return
         items = {item.nodeid: item for item in session.items}
-        self.ldb.run(lambda budget: self.ldb_runner(items, budget), self.budget)
+        if self.screen is not None:
+            self.screening = False
+            chosen = self.screen.choose(self.budget)
+            for index, nodeid in enumerate(chosen):
+                nextitem = items.get(chosen[index + 1]) if index + 1 < len(chosen) else None
+                items[nodeid].ihook.pytest_runtest_protocol(item=items[nodeid], nextitem=nextitem)
+        if self.ldb is not None:
+            self.ldb.run(lambda budget: self.ldb_runner(items, budget), self.budget)
 
     def ldb_runner(self, items, budget):
         """Runs one id of the LDB phase: a collected item through pytest's protocol, anything else (a script) as a
@@ -449,7 +489,10 @@ class Plugin:
         test["duration_s"] = round(time.time() - test.pop("started"), 3)
         test.pop("timed_out")
         test["lines"], test["recent"], test["blocks"] = self.tracer.take()
-        self.sink.write(test)
+        if test.pop("screen", False):
+            self.screen.keep(test, self.tracer.take_entered())
+        else:
+            self.sink.write(test)
 
     def missing(self, code):
         """Requested ids that no collected test matched: an import error of their file, or not found."""
@@ -599,6 +642,57 @@ def choose_targets(records, options, blocks):
     return targets, [r["nodeid"] for r in failing], chosen_passing
 
 
+def choose_by_coverage(entered, k):
+    """`k` of the screened tests by what they enter: `entered` holds, per test that passed, in pool order, the
+    functions under test that the failing tests ran and it entered. Greedy: the test entering the most of them no
+    chosen test entered yet, until none adds one; then the others that entered any, spread evenly. A test that
+    entered none runs no line a failing test ran, so it can change no line's score: it is never chosen."""
+    left = [(nodeid, found) for nodeid, found in entered if found]
+    chosen, covered = [], set()
+    while left and len(chosen) < k:
+        best = max(left, key=lambda c: len(c[1] - covered))  # the first of equals, in pool order
+        if not best[1] - covered:
+            break
+        chosen.append(best[0])
+        covered |= best[1]
+        left.remove(best)
+    chosen += spread_evenly([nodeid for nodeid, _ in left], k - len(chosen))
+    order = {nodeid: i for i, (nodeid, _) in enumerate(entered)}
+    return sorted(chosen, key=order.get)
+
+
+class Screen:
+    """The coverage pre-pass (`"select": "coverage"`): the passing candidates run once after the failing tests
+    with only their calls into the code those ran noted (no line tracer), in a window of the budget of their own;
+    then `max_passing` of them, chosen by `choose_by_coverage`, run again as the spectrum's passing tests."""
+
+    def __init__(self, options, sink, tracer):
+        self.failing = options["failing"]
+        self.max_passing = options.get("max_passing", 40)
+        self.sink = sink
+        self.tracer = tracer
+        self.entered = []
+
+    def takes(self, nodeid):
+        return not any(covers(w, nodeid) for w in self.failing)
+
+    def keep(self, record, entered):
+        """A screened test's record: its outcome and how many of the failing tests' functions it entered."""
+        self.sink.write({"kind": "screen", "nodeid": record["nodeid"], "outcome": record["outcome"],
+                         "entered": len(entered), "duration_s": record.get("duration_s", 0.0)})
+        if record["outcome"] == "passed":
+            self.entered.append((record["nodeid"], entered))
+
+    def choose(self, budget):
+        """The passing tests to trace, and their budget's window opened."""
+        self.tracer.screening = False
+        chosen = choose_by_coverage(self.entered, self.max_passing)
+        self.sink.write({"kind": "chosen", "tests": chosen, "screened": len(self.entered)})
+        if budget.failing_phase_s is not None:
+            budget.window(budget.share, "passing-test")
+        return chosen
+
+
 class LdbPhase:
     """LDB in the spectrum's own interpreter: once the spectrum's tests have run, its targets are chosen here
     (`choose_targets`) and the failing tests and the chosen passing ones run again, tracing only the targets'
@@ -629,7 +723,7 @@ class LdbPhase:
         spectrum_phase = spectrum_budget.failing_phase_s
         self.tracer.set_targets(targets)
         self.tracer.failing = failing
-        budget = Budget(dict(self.options, failing=failing), now,
+        budget = Budget(dict(self.options, failing=failing, select=None), now,
                         phase_floor=now - self.started if spectrum_phase is None else spectrum_phase)
         run = make_runner(budget)
         ids = failing + passing
@@ -656,10 +750,10 @@ def _hooks(pytest, plugin):
     return plugin
 
 
-def run_pytest(pytest, options, sink, tracer, started, ldb=None):
-    """The requested ids through pytest.main, in-process, with the plugin (and after them the LDB phase, where
-    `ldb` is given); returns the `end` record's fields."""
-    plugin = _hooks(pytest, Plugin(options, sink, tracer, started, ldb))
+def run_pytest(pytest, options, sink, tracer, started, ldb=None, screen=None):
+    """The requested ids through pytest.main, in-process, with the plugin (the passing ones screened first where
+    `screen` is given, the LDB phase after them where `ldb` is); returns the `end` record's fields."""
+    plugin = _hooks(pytest, Plugin(options, sink, tracer, started, ldb, screen))
     sys.path.insert(0, options["root"])  # as `python -m pytest` does: the repository's own packages import
     files = list(dict.fromkeys(t.split("::", 1)[0] for t in options["tests"]))
     args = [*files, "-p", "no:cacheprovider", "--assert=plain", "-q", "--rootdir", options["root"],
@@ -709,13 +803,19 @@ def _plain_test(nodeid):
     return getattr(target(), parts[2]) if len(parts) == 3 else target
 
 
-def run_plain(options, sink, tracer, started, why, ldb=None):
+def run_plain(options, sink, tracer, started, why, ldb=None, screen=None):
     """Without pytest (sympy's environments have none): each id is imported (not traced, as collection) and called
-    with the tracer on, then the LDB phase where `ldb` is given; fixtures and parametrized ids need pytest and are
-    reported so."""
+    with the tracer on (the passing ones screened first where `screen` is given), then the LDB phase where `ldb`
+    is; fixtures and parametrized ids need pytest and are reported so."""
     sys.path.insert(0, options["root"])
     budget = Budget(options, started)
     for nodeid in options["tests"]:
+        if screen is not None and screen.takes(nodeid):
+            record = _plain_one(nodeid, budget, tracer, screen=True)
+            screen.keep(record, record.pop("entered", set()))
+        else:
+            sink.write(_plain_one(nodeid, budget, tracer))
+    for nodeid in screen.choose(budget) if screen is not None else ():
         sink.write(_plain_one(nodeid, budget, tracer))
     if ldb is not None:
         ldb.run(lambda ldb_budget: lambda nodeid, _next: sink.write(_plain_one(nodeid, ldb_budget, tracer, "ldb")),
@@ -723,8 +823,9 @@ def run_plain(options, sink, tracer, started, why, ldb=None):
     return {"status": "finished", "error": "", "exit_code": 0, "pytest": f"none ({why}); plain calls"}
 
 
-def _plain_one(nodeid, budget, tracer, phase=None):
-    """One id imported and called under the tracer, within its budget: its record."""
+def _plain_one(nodeid, budget, tracer, phase=None, screen=False):
+    """One id imported and called under the tracer, within its budget: its record (screened: with the functions
+    it `entered`)."""
     record = {"kind": "test", "nodeid": nodeid, "outcome": "passed", "message": "", "frames": [], "lines": {},
               "blocks": {}, "duration_s": 0.0}
     if phase:
@@ -739,10 +840,12 @@ def _plain_one(nodeid, budget, tracer, phase=None):
         return dict(record, outcome="not_found", message=str(exc))
     except Exception as exc:
         return dict(record, outcome="error", message=_cut(f"import error: {type(exc).__name__}: {exc}", 1500))
-    tracer.begin(nodeid)
+    tracer.begin(nodeid, screen=screen)
     record.update(_call_plain(test, tracer, limit))
     record["duration_s"] = round(time.time() - began, 3)
     record["lines"], record["recent"], record["blocks"] = tracer.take()
+    if screen:
+        record["entered"] = tracer.take_entered()
     return record
 
 
@@ -1121,6 +1224,7 @@ def main(argv):
     scripts = [t for t in options["tests"] if t.startswith(SCRIPT_PREFIX)]
     options["tests"] = [t for t in options["tests"] if not t.startswith(SCRIPT_PREFIX)]
     ldb = LdbPhase(options, sink, tracer, started) if options.get("ldb") else None
+    screen = Screen(options, sink, tracer) if options.get("select") == "coverage" and options.get("failing") else None
     if scripts:  # first: they are the failing evidence, and a short budget must keep them
         end = run_plain(dict(options, tests=scripts), sink, tracer, started, "scripts run whole",
                         None if options["tests"] else ldb)
@@ -1128,9 +1232,9 @@ def main(argv):
         try:
             import pytest
         except ImportError as exc:
-            end = run_plain(options, sink, tracer, started, f"import error: {exc}", ldb)
+            end = run_plain(options, sink, tracer, started, f"import error: {exc}", ldb, screen)
         else:
-            end = run_pytest(pytest, options, sink, tracer, started, ldb)
+            end = run_pytest(pytest, options, sink, tracer, started, ldb, screen)
     sink.write(dict(kind="end", seconds=round(time.time() - started, 3), **end))
     return 0
 

@@ -12,6 +12,7 @@ import pytest
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization import trace_runner
 from pinpoint.localization.execution import (
+    BLOCKS_MODULE,
     RUN_ENV,
     TRACE_RUNNER,
     ExecutionEvidence,
@@ -94,6 +95,10 @@ def test_sleeps():
 def test_short_sleep():
     time.sleep(1.5)
 """
+OTHER = """\
+def test_unrelated():
+    assert sorted([2, 1]) == [1, 2]
+"""
 BROKEN = """\
 import pkg.does_not_exist
 
@@ -115,7 +120,7 @@ def _git(repo: Path, *args: str) -> None:
 def calc_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("calc-repo")
     files = {"pkg/__init__.py": "", "pkg/calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_slow.py": SLOW,
-             "tests/test_broken.py": BROKEN, "conftest.py": ""}  # the root conftest puts the root on sys.path
+             "tests/test_broken.py": BROKEN, "tests/test_other.py": OTHER, "conftest.py": ""}  # the root conftest puts the root on sys.path
     for path, text in files.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
@@ -334,14 +339,16 @@ def test_only_the_expected_failures_are_failing_runs_and_the_summary_counts_outc
 
 def test_the_shipped_runner_is_standalone_and_its_covers_is_the_one_pinpoint_uses():
     """trace_runner.py is copied into the container as a file and run with the repository's own Python: it imports
-    the standard library only (pytest lazily, inside a function); execution.py uses the runner's `covers`."""
-    tree = ast.parse(TRACE_RUNNER.read_text())
-    top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
-    top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
-    assert top <= sys.stdlib_module_names | {"__future__"}, top - sys.stdlib_module_names
-    assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
-                and node.module.startswith("pinpoint")]
-    assert covers is trace_runner.covers
+    the standard library only (pytest lazily, inside a function), and so does blocks.py, shipped beside it for its
+    LDB phase; execution.py uses the runner's `covers` and spectrum."""
+    for module in (TRACE_RUNNER, BLOCKS_MODULE):
+        tree = ast.parse(module.read_text())
+        top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+        top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+        assert top <= sys.stdlib_module_names | {"__future__"}, top - sys.stdlib_module_names
+        assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.startswith("pinpoint")]
+    assert covers is trace_runner.covers and ochiai is trace_runner.ochiai
 
 
 def test_traced_runs_pin_what_the_graded_run_pins():
@@ -419,3 +426,40 @@ def test_one_interpreter_chooses_the_ldb_targets_itself_and_traces_what_a_second
     assert runtime.diff() == ""
     none_failing = collect_spectrum(runtime, ["tests/test_calc.py::test_small"], PASSING, python=python, ldb_top=3)
     assert none_failing.block_traces is None  # nothing failed: no targets, no LDB phase
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["pytest", "plain calls"])
+def test_passing_tests_chosen_by_coverage_skip_a_test_that_enters_no_function_the_failing_tests_ran(runtime, tmp_path,
+                                                                                                    bare):
+    python = sys.executable
+    if bare:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+        python = str(tmp_path / "bare" / "bin" / "python")
+    unrelated = "tests/test_other.py::test_unrelated"
+    by_file = collect_spectrum(runtime, FAILING, [unrelated, *PASSING], python=python, max_passing=5)
+    assert unrelated in [t.nodeid for t in by_file.passing]  # sampled by file, it costs a traced run for nothing
+    evidence = collect_spectrum(runtime, FAILING, [unrelated, *PASSING], python=python, max_passing=3,
+                                select="coverage", ldb_top=1)
+    assert evidence.status == "finished" and (evidence.screened, evidence.screened_entering) == (5, 4)
+    traced = [t.nodeid for t in evidence.passing]
+    assert len(traced) == 3 and unrelated not in traced and set(traced) <= set(PASSING)
+    assert [t.outcome for t in evidence.tests if t.nodeid not in traced] == ["failed"]  # none marked not run
+    assert rank_lines(evidence)[0].line == 9 and evidence.block_traces is not None
+    assert "5 passing candidates screened, 4 entering" in evidence.summary()
+    with pytest.raises(ValueError, match="select must be"):
+        collect_spectrum(runtime, FAILING, PASSING, select="random")
+
+
+def test_choosing_by_coverage_takes_the_widest_new_coverage_first_then_spreads_and_never_takes_a_test_entering_none():
+    entered = [("a", {1}), ("b", {1, 2}), ("c", set()), ("d", {3}), ("e", {1}), ("f", {2}), ("g", {1, 3})]
+    assert trace_runner.choose_by_coverage(entered, 2) == ["b", "d"]  # {1, 2} first, then 3
+    assert trace_runner.choose_by_coverage(entered, 4) == ["a", "b", "d", "f"]  # then a, e, f, g spread: a, f
+    assert "c" not in trace_runner.choose_by_coverage(entered, 10) and trace_runner.choose_by_coverage([], 3) == []
+
+
+def test_the_runners_test_path_rule_is_retrievals():
+    from pinpoint.localization.retrieval import is_test_path
+
+    for path in ("tests/a.py", "pkg/test/b.py", "testing/c.py", "pkg/test_d.py", "pkg/e_test.py", "pkg/conftest.py",
+                 "conftest.py", "pkg/testsuite.py", "pkg/tests.py", "pkg/m.py", "src/contest.py"):
+        assert trace_runner.excluded_path(path) == (is_test_path(path) or path.rsplit("/", 1)[-1] == "conftest.py")
