@@ -355,6 +355,7 @@ class Plugin:
         self.collect_errors = {}
         self.collected = False
         self.current = None
+        self.remaining = 0.0  # seconds left of the current test's alarm
         self.ldb = ldb  # the LDB phase, run after the spectrum's tests in this session
         self.screen = screen  # the coverage pre-pass, where on
         self.phase = None  # "ldb" while it runs: its records say so
@@ -406,7 +407,7 @@ class Plugin:
         self.tracer.begin(item.nodeid, screen=screen)
         if hasattr(signal, "SIGALRM"):
             signal.signal(signal.SIGALRM, self.alarm)
-            signal.setitimer(signal.ITIMER_REAL, limit)
+        self.remaining = limit  # the alarm runs during the test's phases only (`_timed`)
         return None
 
     def pytest_runtestloop(self, session):
@@ -446,10 +447,28 @@ class Plugin:
         signal.setitimer(signal.ITIMER_REAL, 2.0)  # again, if the test swallowed it
         raise TestTimeout("test exceeded its time limit")
 
+    def _timed(self):
+        """The per-test alarm armed during a phase (setup, call, teardown) and paused between them: an alarm
+        raised in pytest's own reporting of a failure would end the whole session (INTERNALERROR)."""
+        if self.current is not None and self.remaining and hasattr(signal, "SIGALRM"):
+            signal.setitimer(signal.ITIMER_REAL, max(self.remaining, 0.001))
+        try:
+            yield
+        finally:
+            if hasattr(signal, "SIGALRM"):
+                self.remaining = signal.getitimer(signal.ITIMER_REAL)[0]
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def pytest_runtest_setup(self, item):
+        yield from self._timed()
+
+    def pytest_runtest_teardown(self, item, nextitem):
+        yield from self._timed()
+
     def pytest_runtest_call(self, item):
         self.tracer.start()
         try:
-            yield
+            yield from self._timed()
         finally:
             self.tracer.stop()
 
@@ -744,6 +763,8 @@ def _frames(tb, tracer, keep=8):
 def _hooks(pytest, plugin):
     """Mark the plugin's generator hooks as hookwrappers (pytest.hookimpl exists in every pytest since 2.8)."""
     pytest.hookimpl(hookwrapper=True, tryfirst=True)(Plugin.pytest_runtest_call)
+    pytest.hookimpl(hookwrapper=True, tryfirst=True)(Plugin.pytest_runtest_setup)
+    pytest.hookimpl(hookwrapper=True, tryfirst=True)(Plugin.pytest_runtest_teardown)
     pytest.hookimpl(hookwrapper=True)(Plugin.pytest_runtest_makereport)
     pytest.hookimpl(tryfirst=True)(Plugin.pytest_runtest_protocol)
     pytest.hookimpl(hookwrapper=True)(Plugin.pytest_runtestloop)
