@@ -175,6 +175,9 @@ class Tracer:
         self.reached = set()  # the code objects the failing tests ran
         self.full = True  # whether the current test traces every repository code object
         self.screening = False  # the coverage pre-pass: calls into reached code noted, no line traced
+        self.left = {}  # this test's code objects -> their lines it has not run yet (a passing test's)
+        self.complete = set()  # this test's code objects it has run every line of
+        self.own_lines = {}  # code object -> the lines it can give events for
         self.entered = set()
         self.enabled = options.get("trace", True)
         self.active = False
@@ -238,17 +241,9 @@ class Tracer:
                 self.entered.add(code)
             return None
         if not self.full:
-            if code not in self.reached:
+            if code not in self.reached or code in self.complete:
                 return None
-            seen = self.lines.setdefault(self.files[code.co_filename], set())
-            add = seen.add
-
-            def reached(frame, event, arg):
-                if event == "line":
-                    add(frame.f_lineno)
-                return reached
-
-            return reached
+            return self.reached_tracer(code)
         rel = self.relative(code.co_filename)
         if rel is None:
             return None
@@ -262,6 +257,29 @@ class Tracer:
             return local
 
         return local
+
+    def reached_tracer(self, code):
+        """A passing test's local tracer for code a failing test ran: its lines as a set; once this test has run
+        every line the code object has, its later calls are not traced (they can add no line)."""
+        seen = self.lines.setdefault(self.files[code.co_filename], set())
+        add = seen.add
+        left = self.left.get(code)
+        if left is None:
+            if code not in self.own_lines:
+                self.own_lines[code] = _own_lines(code)
+            left = self.left[code] = set(self.own_lines[code])
+        discard, complete = left.discard, self.complete
+
+        def reached(frame, event, arg):
+            if event == "line":
+                add(frame.f_lineno)
+                discard(frame.f_lineno)
+                if not left:
+                    complete.add(code)
+                    return None  # this frame, too, can add no line
+            return reached
+
+        return reached
 
     def start(self):
         if not self.enabled:
@@ -288,7 +306,7 @@ class Tracer:
                 if rec.calls:
                     blocks[rec.target["key"]] = rec.result()
                 rec.reset()
-        self.lines = {}
+        self.lines, self.left, self.complete = {}, {}, set()
         return lines, recent, blocks
 
 
@@ -748,6 +766,23 @@ class LdbPhase:
         ids = failing + passing
         for index, nodeid in enumerate(ids):
             run(nodeid, ids[index + 1] if index + 1 < len(ids) else None)
+
+
+def _own_lines(code):
+    """The lines of a code object's own instructions (not its nested code's), less a line that holds only a
+    `RESUME` (3.11+: the def line, which gives no line event): at least every line it can give an event for, so
+    a test that has run them all can add no line (a line listed that never gives one only keeps it traced)."""
+    import dis
+    lines, line = set(), None
+    for instruction in dis.get_instructions(code):
+        start = instruction.starts_line
+        if start is True:  # 3.13+: a flag, the number apart
+            line = instruction.line_number
+        elif start:
+            line = start
+        if line and instruction.opname != "RESUME":
+            lines.add(line)
+    return frozenset(lines)
 
 
 def _frames(tb, tracer, keep=8):

@@ -463,3 +463,32 @@ def test_the_runners_test_path_rule_is_retrievals():
     for path in ("tests/a.py", "pkg/test/b.py", "testing/c.py", "pkg/test_d.py", "pkg/e_test.py", "pkg/conftest.py",
                  "conftest.py", "pkg/testsuite.py", "pkg/tests.py", "pkg/m.py", "src/contest.py"):
         assert trace_runner.excluded_path(path) == (is_test_path(path) or path.rsplit("/", 1)[-1] == "conftest.py")
+
+
+def _helper(x):
+    if x > 0:
+        return x + 1
+    return -x
+
+
+def _loop(n):
+    total = 0
+    for i in range(n):
+        total += _helper(i - 2)
+    return total
+
+
+def test_a_passing_test_stops_tracing_a_function_once_it_has_run_every_line_of_it_and_records_the_same_lines():
+    def traced(failing):
+        tracer = trace_runner.Tracer(str(Path(__file__).parent), {"failing": failing})
+        tracer.files[_helper.__code__.co_filename] = "h.py"
+        tracer.reached |= {_helper.__code__, _loop.__code__}
+        tracer.begin("t::passing")
+        tracer.start()
+        _loop(50)
+        tracer.stop()
+        return tracer
+
+    full, focused = traced(None), traced(["t::failing"])
+    assert focused.complete == {_helper.__code__, _loop.__code__}  # every line run: later calls untraced
+    assert focused.take()[0] == full.take()[0]
