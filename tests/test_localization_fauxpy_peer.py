@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import configparser
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 from pinpoint.localization.lab import fauxpy_peer as peer
@@ -80,6 +84,25 @@ def test_the_rcfile_keeps_the_repositorys_config_and_coverage_warnings_out():
     assert {"no-data-collected", "module-not-imported", "already-imported"} <= disabled
 
 
+def test_the_selection_plugin_runs_what_pinpoints_runner_would_for_ids_swebench_cut_at_a_space(tmp_path):
+    from pinpoint.localization.execution import TRACE_RUNNER
+
+    (tmp_path / "stub").mkdir()
+    (tmp_path / "stub" / "pinpoint_select.py").write_text(peer.SELECT_PLUGIN)
+    (tmp_path / "stub" / "trace_runner.py").write_text(TRACE_RUNNER.read_text())
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('v', ['a b', 'a c', 'd e'])\ndef test_p(v):\n    pass\n\n"
+        "def test_other():\n    pass\n\ndef test_kept():\n    pass\n")
+    wanted = ["test_x.py::test_p[a", "test_x.py::test_kept"]  # as SWE-bench lists `test_p[a b]`, cut at the space
+    (tmp_path / "tests.json").write_text(json.dumps(wanted))
+    env = {**os.environ, "PINPOINT_FAUXPY_TESTS": str(tmp_path / "tests.json"), "PYTHONPATH": str(tmp_path / "stub")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "pinpoint_select", "-p", "no:cacheprovider", "-q",
+                          "-rA", "test_x.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    ran = sorted(line.removeprefix("PASSED ") for line in run.stdout.splitlines() if line.startswith("PASSED "))
+    assert ran == ["test_x.py::test_kept", "test_x.py::test_p[a b]", "test_x.py::test_p[a c]"]
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_fauxpy_runs_in_a_real_instance_box_and_ranks_the_gold_file(docker_client, tmp_path):
@@ -90,7 +113,7 @@ def test_fauxpy_runs_in_a_real_instance_box_and_ranks_the_gold_file(docker_clien
     assert not row.get("error"), row.get("error")
     assert row["tests"]["failed_targets"] == 1 and row["tests"]["failed_other"] == 0
     assert row["tests"]["passed"] == row["tests"]["passing"] > 0
-    assert all(score > 0 for _, _, score in row["suspects"])
+    assert all(score > 0 for _, _, score in row["suspects"]) and "fauxpy.main" in row["box"]["plugins"]
     scored = peer.scored(row, pinpoint_rows=tmp_path / "none")
     assert scored["signals"]["fauxpy"]["file@5"], scored["signals"]["fauxpy"]
     assert peer.cached([instance], tmp_path)[0] == row  # read back, not run again

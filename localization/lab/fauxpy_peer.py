@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import random
 import shlex
 import sqlite3
@@ -28,11 +29,11 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pinpoint.environments.paths import cache_dir
-from pinpoint.localization.execution import Sources, sample_passing
+from pinpoint.localization.execution import TRACE_RUNNER, Sources, sample_passing
 from pinpoint.localization.lab import localize_bench as bench
 from pinpoint.localization.lab import ties
 from pinpoint.localization.suspects import Suspect
@@ -60,6 +61,27 @@ class ModelType:
     pass
 '''
 
+#: pytest stops the whole session at one id it cannot find, and SWE-bench cuts ids at a space inside their parameters
+#: (`test_x["a` for `test_x["a b"]`): the test files are given, and this plugin keeps the tests the requested ids
+#: name as pinpoint's trace runner reads them (its own `covers`, the runner shipped beside the plugin)
+SELECT_PLUGIN = '''"""Keeps the requested tests, selected as pinpoint's trace runner selects them."""
+import json
+import os
+
+from trace_runner import covers
+
+WANTED = json.loads(open(os.environ["PINPOINT_FAUXPY_TESTS"]).read())
+
+
+def pytest_collection_modifyitems(config, items):
+    keep = [item for item in items if any(covers(w, item.nodeid) for w in WANTED)]
+    kept = set(map(id, keep))
+    dropped = [item for item in items if id(item) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+'''
+
 #: the repository's own coverage config must not apply (relative `source`/`data_file`, `parallel`), and coverage's
 #: warnings must not reach pytest's `filterwarnings = error`
 RCFILE = """[run]
@@ -71,6 +93,16 @@ disable_warnings = no-data-collected, module-not-imported, module-not-measured, 
 
 
 @dataclass(frozen=True)
+class Box:
+    """What the box's interpreter is and what was added to it."""
+
+    python: str
+    added_pytest: bool
+    #: every pytest plugin module the box has, FauxPy's included
+    plugins: list[str]
+
+
+@dataclass(frozen=True)
 class PeerRun:
     """What FauxPy did on one row: its ranked lines (its printed order) and the tests as it counted them."""
 
@@ -79,6 +111,7 @@ class PeerRun:
     failed_targets: int
     failed_other: int
     seconds: float
+    box: Box
 
 
 # -- reading FauxPy's output --------------------------------------------------------------------------------------
@@ -144,41 +177,65 @@ def wheels(python_tag: str, pytest: bool) -> list[Path]:
     return found
 
 
-def install(runtime, folder: str) -> tuple[str, bool]:
-    """FauxPy installed in the box (`--no-deps`, no index), the stand-in and the rcfile written; returns the
-    interpreter tag and whether pytest had to be installed."""
+#: the pytest plugins installed in the box (entry points), listed so they can be loaded by name
+LIST_PLUGINS = ("from importlib.metadata import entry_points; e = entry_points(); "
+                "print(*sorted({p.value for p in (e.select(group='pytest11') if hasattr(e, 'select') "
+                "else e.get('pytest11', []))}))")
+
+
+def install(runtime, folder: str) -> Box:
+    """FauxPy installed in the box (`--no-deps`, no index; pytest too where the box has none), the stand-in, the
+    selection plugin and the rcfile written."""
     probe = runtime.run("python -c 'import sys; print(\"%d%d\" % sys.version_info[:2])'; "
                         "python -c 'import pytest' 2>/dev/null && echo has-pytest", timeout=60).output.split()
     tag, has_pytest = probe[0], "has-pytest" in probe
     for wheel in wheels(tag, pytest=not has_pytest):
         runtime.write_file(f"{folder}/wheels/{wheel.name}", wheel.read_bytes())
     runtime.write_file(f"{folder}/stub/pyllmut.py", PYLLMUT_STAND_IN)
+    runtime.write_file(f"{folder}/stub/pinpoint_select.py", SELECT_PLUGIN)
+    runtime.write_file(f"{folder}/stub/trace_runner.py", TRACE_RUNNER.read_text())
     runtime.write_file(f"{folder}/coveragerc", RCFILE.format(folder=folder))
     result = runtime.run(f"python -m pip install -q --no-deps --no-index {folder}/wheels/*.whl 2>&1", timeout=300)
     if not result.ok:
         raise RuntimeError(f"pip install in the box failed: {result.output.strip()[-300:]}")
-    return tag, not has_pytest
+    plugins = runtime.run(f"python -c {shlex.quote(LIST_PLUGINS)}", timeout=60).output.split()
+    return Box(tag, not has_pytest, plugins)
 
 
 def run_fauxpy(runtime, failing: Sequence[str], passing: Sequence[str], budget_s: float = BUDGET_S) -> PeerRun:
     """FauxPy's SBFL over `failing` + `passing` in `runtime` (the instance's box, test patch applied)."""
     folder = f"/tmp/pinpoint-fauxpy-{uuid.uuid4().hex[:12]}"
-    install(runtime, folder)
-    ids = " ".join(shlex.quote(t) for t in dict.fromkeys([*failing, *passing]))
-    command = (f"COVERAGE_RCFILE={folder}/coveragerc PYTHONPATH={folder}/stub${{PYTHONPATH:+:$PYTHONPATH}} "
-               f"python -m pytest -p no:cacheprovider --src . --family sbfl --granularity statement "
-               f"--failing-list {shlex.quote('[' + ', '.join(targets(failing)) + ']')} {ids} > {folder}/log.txt 2>&1; "
+    box = install(runtime, folder)
+    wanted = list(dict.fromkeys([*failing, *passing]))
+    runtime.write_file(f"{folder}/tests.json", json.dumps(wanted))
+    files = " ".join(shlex.quote(f) for f in dict.fromkeys(t.split("::", 1)[0] for t in wanted))
+    # plugins by name, not auto-loaded: pytester's in-process inner sessions (pytest's own tests) would load FauxPy
+    # again and its module-level handler, reconfigured there without `--src`, would then skip the outer report
+    plugins = " ".join(f"-p {shlex.quote(p)}" for p in box.plugins)
+    command = (f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PINPOINT_FAUXPY_TESTS={folder}/tests.json "
+               f"COVERAGE_RCFILE={folder}/coveragerc PYTHONPATH={folder}/stub${{PYTHONPATH:+:$PYTHONPATH}} "
+               f"python -m pytest -p no:cacheprovider {plugins} -p pinpoint_select --src . --family sbfl --granularity statement "
+               f"--failing-list {shlex.quote('[' + ', '.join(targets(failing)) + ']')} {files} > {folder}/log.txt 2>&1; "
                f"ls -d /FauxPyReport_*_sbfl_statement_* 2>/dev/null | tail -1")
     started = time.monotonic()
     result = runtime.run(command, timeout=budget_s)
     seconds = round(time.monotonic() - started, 1)
     report = result.output.strip().splitlines()[-1] if result.output.strip() else ""
-    if result.timed_out or not report.startswith("/FauxPyReport_"):
-        tail = runtime.run(f"tail -c 400 {folder}/log.txt", timeout=60).output.strip()
-        why = f"ran past {budget_s:g} s" if result.timed_out else "wrote no report"
-        raise RuntimeError(f"FauxPy {why}: {tail[-300:]}")
-    suspects = read_scores(runtime.read_text(f"{report}/Scores_Ochiai.csv"), runtime.workdir)
-    return PeerRun(suspects, *read_tests(runtime.read_file(f"{report}/fauxpy.db")), seconds)
+    scores = f"{report}/Scores_Ochiai.csv"
+    if result.timed_out or not report.startswith("/FauxPyReport_") or not runtime.run(f"test -f {scores}").ok:
+        why = f"ran past {budget_s:g} s" if result.timed_out else "wrote no scores"
+        raise RuntimeError(f"FauxPy {why}: {log_tail(runtime, folder)}")
+    run = PeerRun(read_scores(runtime.read_text(scores), runtime.workdir),
+                  *read_tests(runtime.read_file(f"{report}/fauxpy.db")), seconds, box)
+    if not run.failed_targets:
+        raise RuntimeError(f"no targeted failing test failed under FauxPy ({run.passed} passed, {run.failed_other} "
+                           f"other failures): {log_tail(runtime, folder)}")
+    return run
+
+
+def log_tail(runtime, folder: str) -> str:
+    """The end of FauxPy's pytest log in one line (pytest's summary line is the last)."""
+    return " ".join(runtime.run(f"tail -c 600 {folder}/log.txt", timeout=60).output.split())[-300:]
 
 
 def peer_row(instance, budget_s: float = BUDGET_S) -> dict:
@@ -198,6 +255,7 @@ def peer_row(instance, budget_s: float = BUDGET_S) -> dict:
         ran = [s for s in run.suspects if s.score > 0]  # Ochiai 0: no failing test ran the line
         return {**bench._gold_json(gold), "spans": bench.spans_json(sources, [s.path for s in ran]),
                 "suspects": [[s.path, s.start_line, s.score] for s in ran], "lines_listed": len(run.suspects),
+                "box": asdict(run.box),
                 "tests": {"failing": len(tests.failing), "passing": len(passing), "passed": run.passed,
                           "failed_targets": run.failed_targets, "failed_other": run.failed_other},
                 "cost": {"fauxpy_seconds": run.seconds, "row_seconds": round(time.monotonic() - started, 1)}}
