@@ -9,7 +9,7 @@ One thread does everything (`Loop`): the listening socket, every connection, eve
 SIGCHLD through the signal wakeup fd, with the nearest command deadline as the select timeout; no thread per
 request or per command, no polling. A connection carries requests one after another (the host keeps it open): each
 is 8 bytes (header length, payload length, big-endian), a small JSON header (`op` = run | read | write | snapshot |
-reset | digest | stop | own), then the payload (`write`). Replies are frames: one kind byte (b"O" output/data, b"X" final JSON
+reset | trust_bytecode | digest | stop | own), then the payload (`write`). Replies are frames: one kind byte (b"O" output/data, b"X" final JSON
 status, b"R" a run's final status as a fixed struct, RUN_STATUS), a 4-byte big-endian length, the payload.
 `run` starts the command in its own session with no capability but `keep_caps` (the server's bounding set, see
 `command_spawner`) and kills that process group on timeout, when the command ends, and when the client goes away;
@@ -243,14 +243,34 @@ class Tree:
                 self.files[rel] = self.sig(st)
         self.git_sig = self.git_signature()
         self.git_modes = self.modes_under(self.gitdir)
+        #: bytecode a reset may keep: relative path -> stat, recorded by `trust_bytecode` before any patch ran
+        self.trusted = {}
+
+    def trust_bytecode(self):
+        """Record every `__pycache__` .pyc there is now whose source is a base file with its base stat: the host
+        calls this before any untrusted code ran in the box (pooled.prime). Later resets keep a .pyc only while
+        its stat is the one recorded here, so bytecode a patch's tests wrote (a forged .pyc with the source's
+        mtime and size in its header) never reaches the next grading. Returns how many were recorded."""
+        self.trusted = {rel: self.sig(st) for rel, _, kind, st in self.walk()
+                        if rel not in self.files and is_bytecode(rel, kind, self.dirs)
+                        and self.has_base_stat(bytecode_source(rel))}
+        return {"ok": True, "trusted": len(self.trusted)}
+
+    def has_base_stat(self, rel):
+        """Whether `rel` is a base file whose stat is its base stat now."""
+        try:
+            return self.files.get(rel) == self.sig(os.lstat(os.path.join(self.root, rel)))
+        except OSError:
+            return False
 
     def drop_stale_bytecode(self, bytecode, unchanged):
-        """Of the new `__pycache__` entries met, keep the .pyc files whose source is in `unchanged` (a base file with
-        its base stat: Python checks a .pyc against its source's mtime and size, both the base's again, and this
-        bytecode was compiled from exactly that content); remove the rest. Returns how many were removed."""
+        """Of the new `__pycache__` entries met, keep the trusted .pyc files (`trust_bytecode`, same stat) whose
+        source is in `unchanged` (a base file with its base stat: Python checks a .pyc against its source's mtime
+        and size, both the base's again, and this bytecode was compiled from exactly that content); remove the
+        rest. Returns how many were removed."""
         removed = 0
-        for rel, path, kind in sorted(bytecode, key=lambda item: item[0].count("/"), reverse=True):
-            if kind == "f" and bytecode_source(rel) in unchanged:
+        for rel, path, kind, st in sorted(bytecode, key=lambda item: item[0].count("/"), reverse=True):
+            if kind == "f" and bytecode_source(rel) in unchanged and self.trusted.get(rel) == self.sig(st):
                 continue
             if kind == "d":
                 with contextlib.suppress(OSError):
@@ -313,15 +333,15 @@ class Tree:
 
     def reset(self, keep_bytecode=False):
         """One walk of the tree: what differs from the manifest is put back, what is new is deleted; then what the
-        walk did not meet (deleted entries) is recreated. `keep_bytecode`: a `__pycache__/<name>.*.pyc` whose
-        source `<name>.py` is a base file the walk found unchanged stays (see `kept_bytecode`)."""
+        walk did not meet (deleted entries) is recreated. `keep_bytecode`: a trusted `__pycache__/<name>.*.pyc`
+        whose source `<name>.py` is a base file the walk found unchanged stays (see `drop_stale_bytecode`)."""
         changed, removed, seen, bytecode, touched = 0, set(), set(), [], set()
         for rel, path, kind, st in list(self.walk()):
             if removed and self.under(rel, removed):
                 continue
             expected = "d" if rel in self.dirs else "l" if rel in self.links else "f" if rel in self.files else None
             if keep_bytecode and expected is None and is_bytecode(rel, kind, self.dirs):
-                bytecode.append((rel, path, kind))
+                bytecode.append((rel, path, kind, st))
                 continue
             if expected != kind or (kind == "l" and os.readlink(path) != self.links[rel]):
                 remove(path, kind)
@@ -379,9 +399,10 @@ class Tree:
 
     def refresh_signatures(self):
         """After a chown (which moves ctime) the recorded stats of restored files must follow."""
-        for rel in self.files:
-            with contextlib.suppress(OSError):
-                self.files[rel] = self.sig(os.lstat(os.path.join(self.root, rel)))
+        for table in (self.files, self.trusted):
+            for rel in list(table):
+                with contextlib.suppress(OSError):
+                    table[rel] = self.sig(os.lstat(os.path.join(self.root, rel)))
         self.git_sig = self.git_signature()
 
     def restore_file(self, rel):
@@ -464,6 +485,13 @@ def digest(req):
             with open(path, "rb") as f:
                 total.update(hashlib.sha256(f.read()).digest())
     return {"ok": True, "sha256": total.hexdigest(), "files": len(picked)}
+
+
+def trust_bytecode(req):
+    tree = TREES.get(req["root"])
+    if tree is None:
+        return {"ok": False, "message": "no snapshot of " + req["root"]}
+    return tree.trust_bytecode()
 
 
 def reset(req):
@@ -564,6 +592,7 @@ OPS = {
     "write": lambda conn, req, payload: write(req, payload),
     "snapshot": lambda conn, req, payload: snapshot(req),
     "reset": lambda conn, req, payload: reset(req),
+    "trust_bytecode": lambda conn, req, payload: trust_bytecode(req),
     "digest": lambda conn, req, payload: digest(req),
     "stop": lambda conn, req, payload: stop(req),
     "own": lambda conn, req, payload: own(req),

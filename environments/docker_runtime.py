@@ -172,8 +172,9 @@ class DockerRuntime(GitWorktreeRuntime):
         self._cleanup = weakref.finalize(self, self._owned.release)
         self.channel = "exec"
         self._fast_reset = False
-        #: in-place resets keep the tree's bytecode of unchanged base files (the command server's `keep_bytecode`:
-        #: a grader box that runs the same tests again); False: every file created since the start goes
+        #: in-place resets keep the tree's bytecode of unchanged base files that `trust_bytecode` recorded (the
+        #: command server's `keep_bytecode`: a grader box that runs the same tests again); False: every file
+        #: created since the start goes
         self.keep_bytecode = False
         self._layers: Layers | None = None
         #: `outside_tree()` right after the container started (None: not readable here): what a reused box is
@@ -573,6 +574,19 @@ class DockerRuntime(GitWorktreeRuntime):
         except _ChannelLost as exc:
             raise self._lost(exc, "hashing the working tree") from exc
         return status.get("sha256") if status.get("ok") else None
+
+    def trust_bytecode(self) -> int | None:
+        """Record the tree's bytecode of unchanged base files as it is now, so that `keep_bytecode` resets keep
+        exactly those files, unchanged (the command server's `trust_bytecode`); call it before any untrusted code
+        ran in this container. How many were recorded; None off the server channel (nothing is kept there)."""
+        self._check_usable()
+        if self.channel != "server":
+            return None
+        try:
+            status = self._call({"op": "trust_bytecode", "root": self.workdir}, wait_s=120)
+        except _ChannelLost as exc:
+            raise self._lost(exc, "recording the tree's bytecode") from exc
+        return status.get("trusted") if status.get("ok") else None
 
     def close(self) -> None:
         self._closed = True

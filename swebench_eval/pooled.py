@@ -14,9 +14,12 @@ Two things a fresh container gets for free are proven here instead:
   one that copies the package) equals the digest of the tree this box last installed, with nothing outside the tree
   moved since. That last install succeeded, or failed without writing anything in the tree or outside it (pip
   refusing an offline editable install): the same inputs fail the same way. Otherwise it runs, exactly as written.
-- **The bytecode it already compiled.** The box's in-place reset keeps the `.pyc` files of unchanged base files
-  (`DockerRuntime.keep_bytecode`; Python checks each against its source's mtime and size, the base's again) and
-  drops that of every changed, restored or new source, so the tests do not recompile the package per grading.
+- **The bytecode it compiled before any patch.** Priming compiles the base tree (`compileall`) and the command
+  server records each `.pyc` it made (`DockerRuntime.trust_bytecode`); the box's in-place reset keeps exactly those,
+  unchanged, while their source is an unchanged base file (`DockerRuntime.keep_bytecode`; Python checks each against
+  its source's mtime and size, the base's again), and drops every other: bytecode a patch's tests wrote (a forged
+  `.pyc` for a base module would run in the next grading) and that of changed, restored or new sources. So the
+  tests do not recompile the package per grading, and no grading's code reaches the next one through bytecode.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from pinpoint.swebench_eval.specs import spec_for
 
 #: where the two parts of the eval script are written (the grader's own files, outside what it compares)
 PART_PATHS = ("/eval.sh", "/eval-tests.sh")
+#: priming's compilation of the base tree (the eval script's `python`, timestamp bytecode as an import writes; a file
+#: that does not compile is left to the tests, as in a fresh container)
+COMPILE_TREE = "python -m compileall -q -x '/[.]git/' . >/dev/null 2>&1 || true"
 
 
 @dataclass
@@ -166,7 +172,8 @@ def _install(box: DockerRuntime, runs: _Runs, script: str, digest: str | None, s
 
 def prime(box: DockerRuntime, instance: Instance, timeout: float = 1800.0) -> WarmState:
     """What a warm pool does for a new grader box before its first grading: the eval script's steps through the
-    install on the base tree, so the first patch that leaves the install-relevant files alone skips it."""
+    install on the base tree, so the first patch that leaves the install-relevant files alone skips it, and the
+    base tree compiled, its bytecode recorded as the only bytecode resets keep."""
     state = warm_reset(box)
     steps = eval_steps.parse(eval_script(instance, spec_for(instance)))
     if eval_steps.has_install(steps):
@@ -177,5 +184,7 @@ def prime(box: DockerRuntime, instance: Instance, timeout: float = 1800.0) -> Wa
         _install(box, runs, plain.install, digest, state)
         if state.install_failed and state.install_digest is None:  # a first failure may leave caches (bytecode)
             _install(box, runs, plain.install, digest, state)
+    if box.run(COMPILE_TREE, timeout=timeout).ok:
+        box.trust_bytecode()  # no patch has run in this box yet: this bytecode is the base tree's own
     state.baseline = box.outside_tree(PART_PATHS)
     return state

@@ -150,30 +150,50 @@ def test_a_warm_box_skips_the_reinstall_and_undoes_what_the_tests_left(flask_box
     assert verdict.outcome == "resolved"
 
 
-def test_a_reset_keeping_bytecode_keeps_only_that_of_unchanged_base_files(tmp_path):
-    import py_compile
-
+def _tree_of(tmp_path: Path, names: tuple[str, ...]):
     from pinpoint.environments.container_server import Tree
 
     root = tmp_path / "tree"
     (root / "pkg").mkdir(parents=True)
-    for name in ("a", "b"):
+    for name in names:
         (root / f"pkg/{name}.py").write_text(f"X = {name!r}\n")
-    tree = Tree(str(root), str(tmp_path / "store"), "base", 1 << 30)
+    return root, Tree(str(root), str(tmp_path / "store"), "base", 1 << 30)
 
-    def compiled(name: str) -> Path:
-        return Path(py_compile.compile(str(root / f"pkg/{name}.py"), doraise=True))
 
-    a_pyc = compiled("a")
+def _compiled(root: Path, name: str) -> Path:
+    import py_compile
+
+    return Path(py_compile.compile(str(root / f"pkg/{name}.py"), doraise=True))
+
+
+def test_a_reset_keeping_bytecode_keeps_only_the_trusted_bytecode_of_unchanged_base_files(tmp_path):
+    root, tree = _tree_of(tmp_path, ("a", "b", "d"))
+    a_pyc, b_pyc = _compiled(root, "a"), _compiled(root, "b")
+    assert tree.trust_bytecode()["trusted"] == 2  # what priming compiled, before any patch ran
+    d_pyc = _compiled(root, "d")  # a base module first compiled by a patch's tests: not trusted
     (root / "pkg/b.py").write_text("X = 'patched'\n")
-    b_pyc = compiled("b")
+    _compiled(root, "b")
     (root / "pkg/c.py").write_text("X = 'new'\n")
-    c_pyc = compiled("c")
+    c_pyc = _compiled(root, "c")
     tree.reset(keep_bytecode=True)
-    assert a_pyc.exists() and not b_pyc.exists() and not c_pyc.exists()  # b's bytecode was of the patch
+    assert a_pyc.exists() and not b_pyc.exists() and not c_pyc.exists() and not d_pyc.exists()
     assert (root / "pkg/b.py").read_text() == "X = 'b'\n" and not (root / "pkg/c.py").exists()
     tree.reset()
     assert not a_pyc.exists() and not (root / "pkg/__pycache__").exists()
+
+
+def test_bytecode_a_patch_forged_for_an_unchanged_module_does_not_reach_the_next_grading(tmp_path):
+    import marshal
+
+    root, tree = _tree_of(tmp_path, ("a",))
+    a_pyc = _compiled(root, "a")
+    tree.trust_bytecode()
+    genuine = a_pyc.read_bytes()
+    # the forger keeps the header (the source's mtime and size), so Python would load the forged code
+    forged = genuine[:16] + marshal.dumps(compile("X = 'forged'", "a", "exec"))
+    a_pyc.write_bytes(forged)
+    tree.reset(keep_bytecode=True)
+    assert not a_pyc.exists() and (root / "pkg/a.py").read_text() == "X = 'a'\n"
 
 
 def test_the_install_digest_follows_the_packaging_files_not_the_modules_nor_bytecode(tmp_path):
