@@ -113,7 +113,7 @@ def test_fauxpy_runs_in_a_real_instance_box_and_ranks_the_gold_file(docker_clien
     assert not row.get("error"), row.get("error")
     assert row["tests"]["failed_targets"] == 1 and row["tests"]["failed_other"] == 0
     assert row["tests"]["passed"] == row["tests"]["passing"] > 0
-    assert all(score > 0 for _, _, score in row["suspects"]) and "fauxpy.main" in row["box"]["plugins"]
+    assert all(score > 0 for _, _, score in row["suspects"])
     scored = peer.scored(row, pinpoint_rows=tmp_path / "none")
     assert scored["signals"]["fauxpy"]["file@5"], scored["signals"]["fauxpy"]
     assert peer.cached([instance], tmp_path)[0] == row  # read back, not run again

@@ -4,12 +4,19 @@ spectrum, on the same failing tests and the same passing sample, scored with `be
 FauxPy (PyPI `fauxpy`, a pytest plugin) is installed into the throwaway box offline: its wheels and the ones it
 needs (astor, cosmic-ray, stevedore, parso, coverage for the box's Python; pytest itself where the box has none)
 are downloaded on the host once (`pip download`, cached under `~/.cache/pinpoint/fauxpy-wheels/`), copied in and
-installed with `--no-deps`. Two things trip it as shipped: it imports `pyllmut` (an LLM mutant generator, only
-for its MBFL) at plugin load, so a stand-in module is put on the path; and it calls `coverage.Coverage()`, which
-reads the repository's own coverage config (relative paths, `parallel`) and warns into pytest's
-`filterwarnings = error`, so a neutral rcfile is named through `$COVERAGE_RCFILE`. FauxPy's MBFL is not run: on
-the cheapest row it took 1228 s (issue 25). Its ties are counted in expectation (`ties.py`) and also broken at
-random (seeded by the row id); the order FauxPy prints is scored too, since that order flatters it.
+installed with `--no-deps`. What trips it as shipped, and what is done about each:
+- it imports `pyllmut` (an LLM mutant generator, only for its MBFL) at plugin load: a stand-in module on the path;
+- it calls `coverage.Coverage()`, which reads the repository's own coverage config (pytest's `.coveragerc`:
+  `include = src/*` relative, `parallel`; FauxPy then scored no line at all) and warns into pytest's
+  `filterwarnings = error`: a neutral rcfile named through `$COVERAGE_RCFILE`;
+- pytest stops the session at a test id it cannot find, and SWE-bench's ids are cut at a space inside their
+  parameters: the test files are given and a small plugin keeps the tests the ids name, as pinpoint's runner reads
+  them (its `covers`);
+- pytester's in-process inner sessions (pytest's own tests) load the auto-loaded plugin again and reset its
+  module-level handler, so the outer report was never written: the same plugin turns autoload off for them.
+FauxPy's MBFL is not run: on the cheapest row it took 1228 s (issue 25). Its ties are counted in expectation
+(`ties.py`) and also broken at random (seeded by the row id); the order FauxPy prints is scored too, since that
+order can flatter it.
 
     .venv/bin/python -m pinpoint.localization.lab.fauxpy_peer --instances ID ... [--cache DIR] [--table FILE]
 """
@@ -63,7 +70,9 @@ class ModelType:
 
 #: pytest stops the whole session at one id it cannot find, and SWE-bench cuts ids at a space inside their parameters
 #: (`test_x["a` for `test_x["a b"]`): the test files are given, and this plugin keeps the tests the requested ids
-#: name as pinpoint's trace runner reads them (its own `covers`, the runner shipped beside the plugin)
+#: name as pinpoint's trace runner reads them (its own `covers`, the runner shipped beside the plugin); it also turns
+#: plugin autoload off once the outer session has loaded FauxPy (loading FauxPy by `-p` instead lost every line on
+#: pytest 5.0-5.2's own rows: its makereport hook no longer ran)
 SELECT_PLUGIN = '''"""Keeps the requested tests, selected as pinpoint's trace runner selects them."""
 import json
 import os
@@ -71,6 +80,12 @@ import os
 from trace_runner import covers
 
 WANTED = json.loads(open(os.environ["PINPOINT_FAUXPY_TESTS"]).read())
+
+
+def pytest_configure(config):
+    # pytester's in-process inner sessions (pytest's own tests) must not load FauxPy again: its handler is one
+    # module-level object, and an inner session's configure (no --src) switches the outer report off
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -98,8 +113,6 @@ class Box:
 
     python: str
     added_pytest: bool
-    #: every pytest plugin module the box has, FauxPy's included
-    plugins: list[str]
 
 
 @dataclass(frozen=True)
@@ -177,12 +190,6 @@ def wheels(python_tag: str, pytest: bool) -> list[Path]:
     return found
 
 
-#: the pytest plugins installed in the box (entry points), listed so they can be loaded by name
-LIST_PLUGINS = ("from importlib.metadata import entry_points; e = entry_points(); "
-                "print(*sorted({p.value for p in (e.select(group='pytest11') if hasattr(e, 'select') "
-                "else e.get('pytest11', []))}))")
-
-
 def install(runtime, folder: str) -> Box:
     """FauxPy installed in the box (`--no-deps`, no index; pytest too where the box has none), the stand-in, the
     selection plugin and the rcfile written."""
@@ -198,8 +205,7 @@ def install(runtime, folder: str) -> Box:
     result = runtime.run(f"python -m pip install -q --no-deps --no-index {folder}/wheels/*.whl 2>&1", timeout=300)
     if not result.ok:
         raise RuntimeError(f"pip install in the box failed: {result.output.strip()[-300:]}")
-    plugins = runtime.run(f"python -c {shlex.quote(LIST_PLUGINS)}", timeout=60).output.split()
-    return Box(tag, not has_pytest, plugins)
+    return Box(tag, not has_pytest)
 
 
 def run_fauxpy(runtime, failing: Sequence[str], passing: Sequence[str], budget_s: float = BUDGET_S) -> PeerRun:
@@ -209,12 +215,9 @@ def run_fauxpy(runtime, failing: Sequence[str], passing: Sequence[str], budget_s
     wanted = list(dict.fromkeys([*failing, *passing]))
     runtime.write_file(f"{folder}/tests.json", json.dumps(wanted))
     files = " ".join(shlex.quote(f) for f in dict.fromkeys(t.split("::", 1)[0] for t in wanted))
-    # plugins by name, not auto-loaded: pytester's in-process inner sessions (pytest's own tests) would load FauxPy
-    # again and its module-level handler, reconfigured there without `--src`, would then skip the outer report
-    plugins = " ".join(f"-p {shlex.quote(p)}" for p in box.plugins)
-    command = (f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PINPOINT_FAUXPY_TESTS={folder}/tests.json "
-               f"COVERAGE_RCFILE={folder}/coveragerc PYTHONPATH={folder}/stub${{PYTHONPATH:+:$PYTHONPATH}} "
-               f"python -m pytest -p no:cacheprovider {plugins} -p pinpoint_select --src . --family sbfl --granularity statement "
+    command = (f"PINPOINT_FAUXPY_TESTS={folder}/tests.json COVERAGE_RCFILE={folder}/coveragerc "
+               f"PYTHONPATH={folder}/stub${{PYTHONPATH:+:$PYTHONPATH}} "
+               f"python -m pytest -p no:cacheprovider -p pinpoint_select --src . --family sbfl --granularity statement "
                f"--failing-list {shlex.quote('[' + ', '.join(targets(failing)) + ']')} {files} > {folder}/log.txt 2>&1; "
                f"ls -d /FauxPyReport_*_sbfl_statement_* 2>/dev/null | tail -1")
     started = time.monotonic()
@@ -315,23 +318,32 @@ def scored(row: dict, pinpoint_rows: Path = PINPOINT_ROWS) -> dict:
     signals = {"fauxpy": hits(random_ties(suspects, row["instance_id"]), row),
                "fauxpy_printed": hits(suspects, row)}
     own = bench.read_row(pinpoint_rows / f"{row['instance_id']}.json.gz")
+    records = (own or {}).get("lines") or [{}]
     if own is not None and not own.get("error"):
         own = bench.rescored(own)
         signals.update({n: own["signals"][n] for n in PINPOINT_SIGNALS if n in own["signals"]})
-    return {**row, "signals": signals, "pinpoint_cost": (own or {}).get("cost", {})}
+        signals["spectrum_lines"] = hits(spectrum_lines(own), own)
+    return {**row, "signals": signals, "pinpoint_cost": (own or {}).get("cost", {}),
+            "spectrum_passed": records[0].get("passed", 0)}
+
+
+def spectrum_lines(own: dict) -> list[Suspect]:
+    """pinpoint's spectrum as FauxPy ranks: every line by Ochiai alone (its line records, the best 400, in its
+    recency order), no function spans: the like-for-like SBFL comparison."""
+    return [Suspect(r["path"], r["line"], r["line"], r["ochiai"], "spectrum") for r in own.get("lines", [])]
 
 
 def table(rows: Sequence[dict], pinpoint_rows: Path = PINPOINT_ROWS) -> str:
     """The markdown table: the rows FauxPy ran on, each ranking's metrics (as counted, then in expectation over
     ties) and top line tie, the rows it could not run on with why, and each tool's cost per row."""
     ran = [scored(r, pinpoint_rows) for r in rows if not r.get("error")]
-    both = [r for r in ran if all(n in r["signals"] for n in PINPOINT_SIGNALS)]
+    both = [r for r in ran if all(n in r["signals"] for n in (*PINPOINT_SIGNALS, "spectrum_lines"))]
     totals = bench.totals(both)
     lines = [f"{len(rows)} rows; FauxPy ran on {len(ran)}, could not on {len(rows) - len(ran)}; "
              f"compared on the {len(both)} with pinpoint's row", "",
              "| ranking | " + " | ".join(METRICS) + " | " + " | ".join(f"{m}~" for m in METRICS)
              + " | ties_line mean / median |", "|---" * (2 * len(METRICS) + 2) + "|"]
-    for name in ("fauxpy", "fauxpy_printed", *PINPOINT_SIGNALS):
+    for name in ("fauxpy", "fauxpy_printed", "spectrum_lines", *PINPOINT_SIGNALS):
         v = totals.get(name, {})
         lines.append(f"| {name} | " + " | ".join(f"{v.get(m, 0):.2f}" for m in METRICS) + " | "
                      + " | ".join(f"{v.get(m + '~', 0):.2f}" for m in METRICS)
@@ -342,17 +354,18 @@ def table(rows: Sequence[dict], pinpoint_rows: Path = PINPOINT_ROWS) -> str:
 
 def cost_table(rows: Sequence[dict]) -> str:
     """Per row: FauxPy's pytest run and its whole row (box, install, run), pinpoint's spectrum + LDB and targeted
-    signals (as its cached row measured them), the failing tests' own run, top line ties and line Hit@10~."""
-    head = ("| row | FauxPy run s | FauxPy row s | spectrum + LDB s | MBFL + PS s | own run s | tests (F / P) "
-            "| ties_line FauxPy / spectrum | line@10~ FauxPy / spectrum / fused_predicates |")
+    signals (as its cached row measured them), the failing tests' own run, the tests (failing that failed / given,
+    passing that passed, the spectrum's passing), top line ties and line Hit@10~."""
+    head = ("| row | FauxPy run s | FauxPy row s | spectrum + LDB s | MBFL + PS s | own run s | tests: F / P (spectrum's P) "
+            "| ties_line FauxPy / spectrum lines | line@10~ FauxPy / spectrum / fused_predicates |")
     lines = [head, "|---" * 9 + "|"]
     for r in rows:
         c, s = r["pinpoint_cost"], r["signals"]
         targeted = c.get("mbfl_seconds", 0) + c.get("predicates_seconds", 0)
         lines.append(f"| {r['instance_id']} | {r['cost']['fauxpy_seconds']:.1f} | {r['seconds']:.1f} "
                      f"| {c.get('execution_seconds', 0):.1f} | {targeted:.1f} | {bench.own_run(c):.2f} "
-                     f"| {r['tests']['failed_targets']}/{r['tests']['failing']} / {r['tests']['passed']} "
-                     f"| {s['fauxpy']['ties_line']} / {s['spectrum']['ties_line']} "
+                     f"| {r['tests']['failed_targets']}/{r['tests']['failing']} / {r['tests']['passed']} ({r['spectrum_passed']}) "
+                     f"| {s['fauxpy']['ties_line']} / {s['spectrum_lines']['ties_line']} "
                      f"| {s['fauxpy']['line@10~']:.2f} / {s['spectrum']['line@10~']:.2f} / "
                      f"{s['fused_predicates']['line@10~']:.2f} |")
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else 0.0  # noqa: E731
