@@ -221,7 +221,9 @@ def test_mbfl_in_a_real_instance_box_runs_caches_and_implicates_a_gold_line(dock
         top = [(s.path, s.line) for s in rank_lines(evidence)[: config.top_lines]]
         assert implicated or any(n in gold.get(p, ()) for p, n in top), sorted(scores)
         again = collect_mbfl(runtime, evidence, Sources(runtime), config)
-        assert again.ran == 0 and all(r.cached for r in again.results)
+        done = {r.mutant.id for r in mutation.results if r.status != "not_run"}  # a loaded machine cuts the budget
+        assert done and all(r.cached for r in again.results if r.mutant.id in done)
+        assert again.ran <= len(mutation.results) - len(done)  # only what the budget left is run again
 
 
 def test_the_agents_execution_signals_split_the_spectrums_ties_with_mbfl_and_fuse_it(calc_repo, tmp_path):
