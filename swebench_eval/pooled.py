@@ -38,9 +38,11 @@ from pinpoint.swebench_eval.specs import spec_for
 
 #: where the two parts of the eval script are written (the grader's own files, outside what it compares)
 PART_PATHS = ("/eval.sh", "/eval-tests.sh")
-#: priming's compilation of the base tree (the eval script's `python`, timestamp bytecode as an import writes; a file
-#: that does not compile is left to the tests, as in a fresh container)
-COMPILE_TREE = "python -m compileall -q -x '/[.]git/' . >/dev/null 2>&1 || true"
+#: priming's compilation of the base tree and of site-packages (the eval script's `python`, timestamp bytecode as an
+#: import writes; a file that does not compile is left to the tests, as in a fresh container). Site-packages'
+#: bytecode is then part of the baseline outside the tree: a .pyc a grading rewrites there recreates the box.
+COMPILE = ("python -m compileall -q -x '/[.]git/' . $(python -c 'import site; print(\" \".join(site.getsitepackages()))')"
+           " >/dev/null 2>&1 || true")
 
 
 @dataclass
@@ -172,8 +174,8 @@ def _install(box: DockerRuntime, runs: _Runs, script: str, digest: str | None, s
 
 def prime(box: DockerRuntime, instance: Instance, timeout: float = 1800.0) -> WarmState:
     """What a warm pool does for a new grader box before its first grading: the eval script's steps through the
-    install on the base tree, so the first patch that leaves the install-relevant files alone skips it, and the
-    base tree compiled, its bytecode recorded as the only bytecode resets keep."""
+    install on the base tree, so the first patch that leaves the install-relevant files alone skips it; then the
+    base tree and site-packages compiled, the tree's bytecode recorded as the only bytecode resets keep."""
     state = warm_reset(box)
     steps = eval_steps.parse(eval_script(instance, spec_for(instance)))
     if eval_steps.has_install(steps):
@@ -184,7 +186,7 @@ def prime(box: DockerRuntime, instance: Instance, timeout: float = 1800.0) -> Wa
         _install(box, runs, plain.install, digest, state)
         if state.install_failed and state.install_digest is None:  # a first failure may leave caches (bytecode)
             _install(box, runs, plain.install, digest, state)
-    if box.run(COMPILE_TREE, timeout=timeout).ok:
+    if box.run(COMPILE, timeout=timeout).ok:
         box.trust_bytecode()  # no patch has run in this box yet: this bytecode is the base tree's own
     state.baseline = box.outside_tree(PART_PATHS)
     return state
