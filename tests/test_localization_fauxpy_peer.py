@@ -116,4 +116,4 @@ def test_fauxpy_runs_in_a_real_instance_box_and_ranks_the_gold_file(docker_clien
     assert all(score > 0 for _, _, score in row["suspects"])
     scored = peer.scored(row, pinpoint_rows=tmp_path / "none")
     assert scored["signals"]["fauxpy"]["file@5"], scored["signals"]["fauxpy"]
-    assert peer.cached([instance], tmp_path)[0] == row  # read back, not run again
+    assert peer.cached([instance], tmp_path)[0] == json.loads(json.dumps(row))  # read back, not run again
