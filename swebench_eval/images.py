@@ -182,22 +182,45 @@ def list_images() -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["kind"] or "", r["tag"]))
 
 
-def layer_bytes(instance_tag: str, env_tag: str) -> int:
-    """Bytes the instance layer adds on top of its env layer (what each extra instance costs on disk)."""
+def layer_bytes(tag: str, parent_tag: str) -> int:
+    """Bytes the layer `tag` adds on top of `parent_tag` (an instance over its reference: what each instance costs)."""
     client = _client()
-    return client.images.get(instance_tag).attrs["Size"] - client.images.get(env_tag).attrs["Size"]
+    return client.images.get(tag).attrs["Size"] - client.images.get(parent_tag).attrs["Size"]
 
 
 def instance_layer_sizes() -> dict[str, int]:
-    """Bytes each built instance layer adds on top of its env layer (its parent image), by instance tag."""
+    """Bytes each built instance layer adds on top of its parent (a reference layer, or an env layer for images
+    built before references), by instance tag."""
+    return {row["tag"]: row["own_bytes"] for row in instance_layers()}
+
+
+def instance_layers() -> list[dict[str, Any]]:
+    """Every built instance layer: its tag and instance, its own bytes over its parent, the parent's kind, and for a
+    reference parent the reference's bytes over its env, the built instances sharing it, and the amortized bytes
+    (own bytes plus the reference's bytes shared over those instances)."""
     client = _client()
-    envs = {image.id: image for image in client.images.list(filters={"label": f"{LABEL}=env"})}
-    sizes = {}
+    parents = {image.id: image for kind in ("env", "reference")
+               for image in client.images.list(filters={"label": f"{LABEL}={kind}"})}
+    rows = []
     for image in client.images.list(filters={"label": f"{LABEL}=instance"}):
-        parent = envs.get(image.attrs.get("Parent", ""))
-        if parent is not None and image.tags:
-            sizes[image.tags[0]] = image.attrs["Size"] - parent.attrs["Size"]
-    return sizes
+        parent = parents.get(image.attrs.get("Parent", ""))
+        if parent is None or not image.tags:
+            continue
+        kind = (parent.labels or {}).get(LABEL)
+        reference = 0
+        if kind == "reference":
+            env = client.images.get(parent.attrs["Parent"])
+            reference = parent.attrs["Size"] - env.attrs["Size"]
+        rows.append({"tag": image.tags[0], "instance": (image.labels or {}).get("pinpoint.instance"),
+                     "parent": parent.id, "parent_kind": kind, "own_bytes": image.attrs["Size"] - parent.attrs["Size"],
+                     "reference_bytes": reference})
+    sharing: dict[str, int] = {}
+    for row in rows:
+        sharing[row["parent"]] = sharing.get(row["parent"], 0) + 1
+    for row in rows:
+        row["sharing"] = sharing[row["parent"]] if row["parent_kind"] == "reference" else 0
+        row["amortized_bytes"] = row["own_bytes"] + (row["reference_bytes"] / row["sharing"] if row["sharing"] else 0)
+    return sorted(rows, key=lambda r: r["tag"])
 
 
 def top_layer_files(tag: str) -> dict[str, int]:

@@ -43,7 +43,8 @@ def _git(git_dir: Path, *args: str, stdin: str | None = None) -> str:
     return proc.stdout
 
 
-def _git_dir(sources: RepoSources, repo: str) -> Path:
+def archive_dir(sources: RepoSources, repo: str) -> Path:
+    """The git directory of `repo`'s offline archive (`.git` of a checkout, or the bare repository itself)."""
     path = sources.git_dir(repo)
     return path / ".git" if (path / ".git").exists() else path
 
@@ -63,7 +64,7 @@ def period_of(timestamp: int) -> tuple[int, int]:
 
 def choose_reference(sources: RepoSources, repo: str, base_commit: str) -> Reference:
     """The reference of `base_commit`'s period: the period's archive commits, the oldest one checked out."""
-    git_dir = _git_dir(sources, repo)
+    git_dir = archive_dir(sources, repo)
     dated = _dated_commits(git_dir)
     times = {sha: t for t, sha in dated}
     if base_commit not in times:
@@ -73,7 +74,7 @@ def choose_reference(sources: RepoSources, repo: str, base_commit: str) -> Refer
     return Reference(repo, min(members)[1], tuple(sorted(sha for _, sha in members)))
 
 
-def _tree_objects(git_dir: Path, commit: str) -> set[str]:
+def tree_objects(git_dir: Path, commit: str) -> set[str]:
     """The blobs and trees of `commit`'s tree (not the commit itself)."""
     listing = _git(git_dir, "rev-list", "--objects", "--no-walk", commit)
     return {line[:40] for line in listing.splitlines() if line[:40] != commit}
@@ -81,10 +82,10 @@ def _tree_objects(git_dir: Path, commit: str) -> set[str]:
 
 def shared_objects(sources: RepoSources, reference: Reference) -> list[str]:
     """The objects in the tree of every member of the period, sorted."""
-    git_dir = _git_dir(sources, reference.repo)
-    common = _tree_objects(git_dir, reference.members[0])
+    git_dir = archive_dir(sources, reference.repo)
+    common = tree_objects(git_dir, reference.members[0])
     for member in reference.members[1:]:
-        common &= _tree_objects(git_dir, member)
+        common &= tree_objects(git_dir, member)
     return sorted(common)
 
 
@@ -106,7 +107,7 @@ def write_reference_tree(sources: RepoSources, reference: Reference, dest: Path)
         sample.unlink()
     objects = shared_objects(sources, reference)
     if objects:
-        _pack(_git_dir(sources, reference.repo), objects, dest / ".git" / "objects" / "pack")
+        _pack(archive_dir(sources, reference.repo), objects, dest / ".git" / "objects" / "pack")
     return dest
 
 
@@ -117,7 +118,7 @@ def write_commit_delta(sources: RepoSources, reference: Reference, commit: str, 
 
     Adding objects by fetching inside the step would rewrite the reference's pack: git touches the pack of every
     object it receives again, and overlay then copies the whole pack into the instance layer."""
-    git_dir = _git_dir(sources, reference.repo)
+    git_dir = archive_dir(sources, reference.repo)
     scratch = dest / "scratch.git"
     subprocess.run(["git", "init", "-q", "--bare", str(scratch)], check=True)
     _git(scratch, "-c", "protocol.file.allow=always", "fetch", "-q", "--depth", "1", "--upload-pack", UPLOAD_PACK,
@@ -126,5 +127,5 @@ def write_commit_delta(sources: RepoSources, reference: Reference, commit: str, 
         shutil.copy(scratch / name, dest / name)
     shutil.rmtree(scratch)
     shared = set(shared_objects(sources, reference))
-    _pack(git_dir, [commit, *sorted(_tree_objects(git_dir, commit) - shared)], dest)
+    _pack(git_dir, [commit, *sorted(tree_objects(git_dir, commit) - shared)], dest)
     return dest
