@@ -151,17 +151,22 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
 
     def build_instance() -> None:
         start = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="pinpoint-src-") as workdir:
-            delta = write_commit_delta(sources, plan.reference, instance.base_commit, Path(workdir) / "commit")
-            commit_build_step(plan.reference_tag, plan.instance_script, plan.instance_tag, network=True,
-                              copy_in={str(delta): COMMIT_DELTA}, labels=_labels("instance", instance),
-                              changes=[f"WORKDIR {TESTBED}"], timeout=INSTANCE_BUILD_TIMEOUT)
+        commit_instance_layer(plan, instance, sources, plan.instance_tag)
         record.instance_seconds = time.monotonic() - start
 
     record.env_how = ensure_image(plan.env_tag, build_env)
     record.reference_how = ensure_image(plan.reference_tag, build_reference)
     record.instance_how = ensure_image(plan.instance_tag, build_instance)
     return record
+
+
+def commit_instance_layer(plan: ImagePlan, instance: Instance, sources: RepoSources, tag: str) -> None:
+    """Run the instance step on the plan's (existing) reference layer and commit it as `tag`."""
+    with tempfile.TemporaryDirectory(prefix="pinpoint-src-") as workdir:
+        delta = write_commit_delta(sources, plan.reference, instance.base_commit, Path(workdir) / "commit")
+        commit_build_step(plan.reference_tag, plan.instance_script, tag, network=True,
+                          copy_in={str(delta): COMMIT_DELTA}, labels=_labels("instance", instance),
+                          changes=[f"WORKDIR {TESTBED}"], timeout=INSTANCE_BUILD_TIMEOUT)
 
 
 def _client():
