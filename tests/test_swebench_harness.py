@@ -20,6 +20,14 @@ from pinpoint.swebench_eval.patches import (
     apply_patch,
 )
 from pinpoint.swebench_eval.predictions import read_predictions
+from pinpoint.swebench_eval.reference import (
+    archive_dir,
+    choose_reference,
+    period_of,
+    shared_objects,
+    tree_objects,
+    write_commit_delta,
+)
 from pinpoint.swebench_eval.scripts import eval_script
 from pinpoint.swebench_eval.sources import RepoSources, SourceError
 from pinpoint.swebench_eval.specs import env_inputs, modified_test_files, spec_for
@@ -346,13 +354,6 @@ def _git_lines(git_dir: Path, *args: str) -> list[str]:
 
 
 def test_a_reference_is_the_quarters_oldest_commit_and_holds_only_objects_every_commit_of_the_quarter_has(sources):
-    from pinpoint.swebench_eval.reference import (
-        archive_dir,
-        choose_reference,
-        period_of,
-        shared_objects,
-        tree_objects,
-    )
 
     instance = load_instances(ids=[PYTEST_ID])[0]
     reference = choose_reference(sources, instance.repo, instance.base_commit)
@@ -367,13 +368,6 @@ def test_a_reference_is_the_quarters_oldest_commit_and_holds_only_objects_every_
 
 
 def test_the_commit_delta_holds_the_commit_and_only_the_objects_its_reference_lacks(tmp_path, sources):
-    from pinpoint.swebench_eval.reference import (
-        archive_dir,
-        choose_reference,
-        shared_objects,
-        tree_objects,
-        write_commit_delta,
-    )
 
     instance = load_instances(ids=[PYTEST_ID])[0]
     reference = choose_reference(sources, instance.repo, instance.base_commit)
