@@ -25,10 +25,14 @@ from pinpoint.environments import engine
 from pinpoint.environments.images import commit_build_step
 from pinpoint.swebench_eval.datasets import Instance, load_instances
 from pinpoint.swebench_eval.evaluate import evaluate_patch
-from pinpoint.swebench_eval.images import ENV_CHANGES, build_instance_image, plan_images
+from pinpoint.swebench_eval.images import (
+    ENV_CHANGES,
+    build_instance_image,
+    commit_instance_layer,
+    plan_images,
+)
 from pinpoint.swebench_eval.predictions import append_prediction
 from pinpoint.swebench_eval.runtime import instance_runtime
-from pinpoint.swebench_eval.scripts import TESTBED
 from pinpoint.swebench_eval.sources import RepoSources
 from pinpoint.swebench_eval.specs import spec_for, test_command
 
@@ -46,23 +50,19 @@ def _size(tag: str) -> int:
 
 
 def _build_layers(instance: Instance, sources: RepoSources) -> dict[str, float]:
-    """Both layers built again from the real scripts, each on its real parent, under throwaway tags."""
+    """The env and instance layers built again from the real scripts, each on its real parent (the instance on its
+    reference layer), under throwaway tags."""
     plan = plan_images(instance, sources)
     build_instance_image(instance, sources)  # the real parents exist (cached: nothing rebuilt)
     env_tag, inst_tag = f"{THROWAWAY}:env-{os.getpid()}", f"{THROWAWAY}:inst-{os.getpid()}"
     client = engine.client()
     try:
         env_s, _ = _timed(commit_build_step, plan.base_tag, plan.env_script, env_tag, changes=ENV_CHANGES)
-        work = Path(tempfile.mkdtemp(prefix="pinpoint-scale-src-"))
-        try:
-            source = sources.export(instance.repo, instance.base_commit, work / "testbed")
-            inst_s, _ = _timed(commit_build_step, plan.env_tag, plan.instance_script, inst_tag,
-                               copy_in={str(source): TESTBED}, changes=[f"WORKDIR {TESTBED}"])
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        inst_s, _ = _timed(commit_instance_layer, plan, instance, sources, inst_tag)
         return {"env_build_s": env_s, "instance_build_s": inst_s,
                 "env_layer_mb": (_size(env_tag) - _size(plan.base_tag)) / 1e6,
-                "instance_layer_mb": (_size(inst_tag) - _size(plan.env_tag)) / 1e6,
+                "reference_layer_mb": (_size(plan.reference_tag) - _size(plan.env_tag)) / 1e6,
+                "instance_layer_mb": (_size(inst_tag) - _size(plan.reference_tag)) / 1e6,
                 "image_mb": _size(plan.instance_tag) / 1e6, "base_mb": _size(plan.base_tag) / 1e6}
     finally:
         for tag in (inst_tag, env_tag):

@@ -38,7 +38,8 @@ def bench_harness(instance: Instance, sources: RepoSources | None = None) -> dic
     build_instance_image(instance, sources)
     cached_s = time.monotonic() - start
 
-    added = layer_bytes(plan.instance_tag, plan.env_tag)
+    added = layer_bytes(plan.instance_tag, plan.reference_tag)
+    shared = layer_bytes(plan.reference_tag, plan.env_tag)
     whole = client.images.get(plan.instance_tag).attrs["Size"]
     all_layers = sorted(instance_layer_sizes().values())
     all_full = sum(client.images.get(tag).attrs["Size"] for tag in instance_layer_sizes())
@@ -58,6 +59,7 @@ def bench_harness(instance: Instance, sources: RepoSources | None = None) -> dic
         "cached_rebuild_s": round(cached_s, 3),
         "build_cold_vs_cached": _ratio(cold.instance_seconds, cached_s),
         "instance_layer_mb": round(added / 1e6, 1),
+        "reference_layer_mb": round(shared / 1e6, 1),
         "full_image_mb": round(whole / 1e6, 1),
         "layer_vs_full_image": _ratio(added, whole),
         "instances_built": len(all_layers),

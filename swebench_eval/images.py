@@ -1,4 +1,5 @@
-"""Layered images for SWE-bench instances: base (Python) -> env (repo + version) -> instance (source + install).
+"""Layered images for SWE-bench instances: base (Python) -> env (repo + version) -> reference (a checkout the
+instances of a calendar quarter share, swebench_eval.reference) -> instance (the base commit's changes + install).
 
 Each tag ends in a hash of everything the layer is built from (its parent's tag, its script, its source commit),
 so a layer is rebuilt only when an input changes, and instances whose env inputs agree share one env layer.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,12 +19,25 @@ from typing import Any
 
 from pinpoint.environments.images import commit_build_step, ensure_base_image, ensure_image
 from pinpoint.swebench_eval.datasets import Instance
-from pinpoint.swebench_eval.scripts import TESTBED, env_script, instance_script
+from pinpoint.swebench_eval.reference import (
+    Reference,
+    choose_reference,
+    write_commit_delta,
+    write_reference_tree,
+)
+from pinpoint.swebench_eval.scripts import (
+    COMMIT_DELTA,
+    TESTBED,
+    env_script,
+    instance_script,
+    reference_script,
+)
 from pinpoint.swebench_eval.sources import RepoSources
 from pinpoint.swebench_eval.specs import env_inputs, spec_for
 
 LABEL = "pinpoint.swebench"
 ENV_REPO = "pinpoint-swe-env"
+REFERENCE_REPO = "pinpoint-swe-reference"
 INSTANCE_REPO = "pinpoint-swe-instance"
 ENV_BUILD_TIMEOUT = 3600
 INSTANCE_BUILD_TIMEOUT = 1800
@@ -41,7 +54,7 @@ def _safe(text: str) -> str:
 
 @dataclass(frozen=True)
 class ImagePlan:
-    """The tags and scripts of one instance's three layers, computed without building anything."""
+    """The tags and scripts of one instance's layers, computed without building anything (but the base image)."""
 
     instance_id: str
     python_requested: str
@@ -49,6 +62,8 @@ class ImagePlan:
     base_tag: str
     env_tag: str
     env_script: str
+    reference: Reference
+    reference_tag: str
     instance_tag: str
     instance_script: str
 
@@ -65,14 +80,21 @@ def plan_images(instance: Instance, sources: RepoSources | None = None, specs_pa
     env_text = env_script(inputs)
     # no version in the tag: versions whose inputs agree (e.g. all of sympy's) share one env layer
     env_tag = f"{ENV_REPO}:{_safe(instance.owner_name)}-{_digest(base, env_text)}"
+    reference = choose_reference(sources, instance.repo, instance.base_commit)
+    # the members name the shared objects, the commit the work tree: together the layer's whole content
+    ref_tag = (f"{REFERENCE_REPO}:{_safe(instance.owner_name)}-{reference.commit[:8]}-"
+               f"{_digest(env_tag, reference_script(), reference.commit, reference.members)}")
     inst_text = instance_script(instance, spec)
     inst_tag = (f"{INSTANCE_REPO}:{_safe(instance.instance_id)}-"
-                f"{_digest(env_tag, inst_text, instance.repo, instance.base_commit)}")
-    return ImagePlan(instance.instance_id, requested, used, base, env_tag, env_text, inst_tag, inst_text)
+                f"{_digest(ref_tag, inst_text, instance.repo, instance.base_commit)}")
+    return ImagePlan(instance.instance_id, requested, used, base, env_tag, env_text, reference, ref_tag, inst_tag,
+                     inst_text)
 
 
-def _labels(kind: str, instance: Instance) -> dict[str, str]:
+def _labels(kind: str, instance: Instance, reference_commit: str = "") -> dict[str, str]:
     labels = {LABEL: kind, "pinpoint.repo": instance.repo, "pinpoint.version": instance.version}
+    if kind == "reference":  # shared by the quarter's rows: the version is that of the row that built it
+        labels["pinpoint.reference"] = reference_commit
     if kind == "instance":
         labels["pinpoint.instance"] = instance.instance_id
     return labels
@@ -85,8 +107,10 @@ class BuildRecord:
 
     plan: ImagePlan
     env_seconds: float = 0.0
+    reference_seconds: float = 0.0
     instance_seconds: float = 0.0
     env_how: str = "cached"
+    reference_how: str = "cached"
     instance_how: str = "cached"
 
     @property
@@ -94,16 +118,18 @@ class BuildRecord:
         return self.plan.instance_tag
 
     def describe(self) -> str:
-        """`env 12s, instance pulled`: each layer's build seconds, or how it came without a build."""
+        """`env 12s, reference cached, instance pulled`: each layer's build seconds, or how it came without a build."""
         def one(how: str, seconds: float) -> str:
             return f"{seconds:.0f}s" if how == "built" else how
-        return f"env {one(self.env_how, self.env_seconds)}, instance {one(self.instance_how, self.instance_seconds)}"
+        return (f"env {one(self.env_how, self.env_seconds)}, "
+                f"reference {one(self.reference_how, self.reference_seconds)}, "
+                f"instance {one(self.instance_how, self.instance_seconds)}")
 
 
 def build_instance_image(instance: Instance, sources: RepoSources | None = None,
                          specs_path: str | None = None) -> BuildRecord:
-    """Build (or reuse, or pull) the env and instance layers of `instance`; raises environments' BuildError on
-    failure."""
+    """Build (or reuse, or pull) the env, reference and instance layers of `instance`; raises environments'
+    BuildError on failure."""
     sources = sources or RepoSources()
     plan = plan_images(instance, sources, specs_path)
     record = BuildRecord(plan)
@@ -114,21 +140,33 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
                           labels=_labels("env", instance), changes=ENV_CHANGES, timeout=ENV_BUILD_TIMEOUT)
         record.env_seconds = time.monotonic() - start
 
+    def build_reference() -> None:
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="pinpoint-ref-") as workdir:
+            tree = write_reference_tree(sources, plan.reference, Path(workdir) / "testbed")
+            commit_build_step(plan.env_tag, reference_script(), plan.reference_tag, network=False,
+                              copy_in={str(tree): TESTBED}, timeout=INSTANCE_BUILD_TIMEOUT,
+                              labels=_labels("reference", instance, plan.reference.commit))
+        record.reference_seconds = time.monotonic() - start
+
     def build_instance() -> None:
         start = time.monotonic()
-        workdir = Path(tempfile.mkdtemp(prefix="pinpoint-src-"))
-        try:
-            source = sources.export(instance.repo, instance.base_commit, workdir / "testbed")
-            commit_build_step(plan.env_tag, plan.instance_script, plan.instance_tag, network=True,
-                              copy_in={str(source): TESTBED}, labels=_labels("instance", instance),
-                              changes=[f"WORKDIR {TESTBED}"], timeout=INSTANCE_BUILD_TIMEOUT)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+        commit_instance_layer(plan, instance, sources, plan.instance_tag)
         record.instance_seconds = time.monotonic() - start
 
     record.env_how = ensure_image(plan.env_tag, build_env)
+    record.reference_how = ensure_image(plan.reference_tag, build_reference)
     record.instance_how = ensure_image(plan.instance_tag, build_instance)
     return record
+
+
+def commit_instance_layer(plan: ImagePlan, instance: Instance, sources: RepoSources, tag: str) -> None:
+    """Run the instance step on the plan's (existing) reference layer and commit it as `tag`."""
+    with tempfile.TemporaryDirectory(prefix="pinpoint-src-") as workdir:
+        delta = write_commit_delta(sources, plan.reference, instance.base_commit, Path(workdir) / "commit")
+        commit_build_step(plan.reference_tag, plan.instance_script, tag, network=True,
+                          copy_in={str(delta): COMMIT_DELTA}, labels=_labels("instance", instance),
+                          changes=[f"WORKDIR {TESTBED}"], timeout=INSTANCE_BUILD_TIMEOUT)
 
 
 def _client():
@@ -149,22 +187,45 @@ def list_images() -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["kind"] or "", r["tag"]))
 
 
-def layer_bytes(instance_tag: str, env_tag: str) -> int:
-    """Bytes the instance layer adds on top of its env layer (what each extra instance costs on disk)."""
+def layer_bytes(tag: str, parent_tag: str) -> int:
+    """Bytes the layer `tag` adds on top of `parent_tag` (an instance over its reference: what each instance costs)."""
     client = _client()
-    return client.images.get(instance_tag).attrs["Size"] - client.images.get(env_tag).attrs["Size"]
+    return client.images.get(tag).attrs["Size"] - client.images.get(parent_tag).attrs["Size"]
 
 
 def instance_layer_sizes() -> dict[str, int]:
-    """Bytes each built instance layer adds on top of its env layer (its parent image), by instance tag."""
+    """Bytes each built instance layer adds on top of its parent (a reference layer, or an env layer for images
+    built before references), by instance tag."""
+    return {row["tag"]: row["own_bytes"] for row in instance_layers()}
+
+
+def instance_layers() -> list[dict[str, Any]]:
+    """Every built instance layer: its tag and instance, its own bytes over its parent, the parent's kind, and for a
+    reference parent the reference's bytes over its env, the built instances sharing it, and the amortized bytes
+    (own bytes plus the reference's bytes shared over those instances)."""
     client = _client()
-    envs = {image.id: image for image in client.images.list(filters={"label": f"{LABEL}=env"})}
-    sizes = {}
+    parents = {image.id: image for kind in ("env", "reference")
+               for image in client.images.list(filters={"label": f"{LABEL}={kind}"})}
+    rows = []
     for image in client.images.list(filters={"label": f"{LABEL}=instance"}):
-        parent = envs.get(image.attrs.get("Parent", ""))
-        if parent is not None and image.tags:
-            sizes[image.tags[0]] = image.attrs["Size"] - parent.attrs["Size"]
-    return sizes
+        parent = parents.get(image.attrs.get("Parent", ""))
+        if parent is None or not image.tags:
+            continue
+        kind = (parent.labels or {}).get(LABEL)
+        reference = 0
+        if kind == "reference":
+            env = client.images.get(parent.attrs["Parent"])
+            reference = parent.attrs["Size"] - env.attrs["Size"]
+        rows.append({"tag": image.tags[0], "instance": (image.labels or {}).get("pinpoint.instance"),
+                     "parent": parent.id, "parent_kind": kind, "own_bytes": image.attrs["Size"] - parent.attrs["Size"],
+                     "reference_bytes": reference})
+    sharing: dict[str, int] = {}
+    for row in rows:
+        sharing[row["parent"]] = sharing.get(row["parent"], 0) + 1
+    for row in rows:
+        row["sharing"] = sharing[row["parent"]] if row["parent_kind"] == "reference" else 0
+        row["amortized_bytes"] = row["own_bytes"] + (row["reference_bytes"] / row["sharing"] if row["sharing"] else 0)
+    return sorted(rows, key=lambda r: r["tag"])
 
 
 def top_layer_files(tag: str) -> dict[str, int]:

@@ -53,6 +53,33 @@ SLIM_STEPS = [
 ]
 
 
+#: where the instance step finds what `reference.write_commit_delta` wrote: the commit's pack, `shallow`, `FETCH_HEAD`
+COMMIT_DELTA = "/tmp/pinpoint-commit"
+
+
+def checkout_steps(commit: str) -> list[str]:
+    """Turn the reference layer's /testbed into the checkout of `commit` while writing only what differs.
+
+    The commit's pack joins the reference's objects; the refreshed index lets checkout-index skip every file the
+    reference already holds as `commit` has it; `git clean` deletes the reference's files `commit` lacks; the final
+    checkout detaches HEAD at `commit` from the unborn branch, as the host-side export did (same reflog)."""
+    return [
+        f"mv {COMMIT_DELTA}/pack-* .git/objects/pack/",
+        f"mv {COMMIT_DELTA}/shallow {COMMIT_DELTA}/FETCH_HEAD .git/",
+        f"rmdir {COMMIT_DELTA}",
+        f"git read-tree {commit}",
+        "git update-index -q --refresh || true",
+        "git checkout-index -a -f",
+        "git clean -ffdxq",
+        f"git -c advice.detachedHead=false checkout -q {commit}",
+    ]
+
+
+def reference_script() -> str:
+    """The reference layer's step: the tree and .git are copied in; the step only proves git can read them."""
+    return f"#!/bin/bash\nset -euxo pipefail\ngit -C {TESTBED} count-objects -v\n"
+
+
 def _heredoc(path: str, body: str) -> str:
     return f"cat <<'{HEREDOC}' > {path}\n{body}\n{HEREDOC}"
 
@@ -107,11 +134,15 @@ def _install_step(install: str) -> str:
 
 
 def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
-    """Install the checkout at /testbed (official make_repo_script_list_py, minus the clone: the source is copied in)."""
+    """Check out the base commit over the reference layer's /testbed and install it (official
+    make_repo_script_list_py, minus the clone: the commit is fetched from a copy of the offline archive)."""
     lines = [
         "#!/bin/bash",
         "set -euxo pipefail",
         f"cd {TESTBED}",
+        *checkout_steps(instance.base_commit),
+        f"touch {LAYER_MARK}",
+        "export PIP_NO_CACHE_DIR=1",
         _scm_version(instance),
         f"export PIP_UPLOADED_PRIOR_TO={PACKAGES_PRIOR_TO}",
         # a path entry, as `setup.py develop` made for the official images: astroid (pylint) and other tools that
@@ -124,10 +155,13 @@ def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
     lines += [
         "git config --global user.email setup@swebench.config",
         "git config --global user.name SWE-bench",
-        "git commit --allow-empty -am SWE-bench",
+        # the official `git commit --allow-empty -am SWE-bench`, staged path by path: `-a` makes git touch the
+        # reference layer's pack, and overlay would copy the whole pack into this layer
+        "git diff --name-only -z | xargs -0 -r git update-index --remove --",
+        "git commit --allow-empty -m SWE-bench",
         *SLIM_STEPS,
     ]
-    return "\n".join(lines[:3] + [f"touch {LAYER_MARK}", "export PIP_NO_CACHE_DIR=1"] + lines[3:]) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def eval_script(instance: Instance, spec: dict[str, Any], guard: str = "") -> str:

@@ -144,8 +144,8 @@ def test_images_build_on_every_node_of_a_cluster_pulls_where_the_layers_are_miss
         assert "on each of 2 node(s)" in done.stderr
         lines = sorted(line for line in done.stdout.splitlines() if line.startswith(f"{INSTANCE} on node "))
         assert len(lines) == 2, done.stdout
-        assert sorted(line.rpartition("(")[2] for line in lines) == ["env cached, instance cached)",
-                                                                      "env pulled, instance pulled)"]
+        assert sorted(line.rpartition("(")[2] for line in lines) == ["env cached, reference cached, instance cached)",
+                                                                      "env pulled, reference pulled, instance pulled)"]
         assert "built 2/2" in done.stdout
         creates = engine.docker("events", "--since", since, "--until", str(int(time.time()) + 1), "--filter",
                                 "type=container", "--filter", "event=create", "--format", "{{.Actor.ID}}")

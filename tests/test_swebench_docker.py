@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 
 import pytest
 from pinpoint.swebench_eval.cli import register
 from pinpoint.swebench_eval.datasets import load_instances
 from pinpoint.swebench_eval.evaluate import evaluate_patch
 from pinpoint.swebench_eval.images import build_instance_image, top_layer_files
+from pinpoint.swebench_eval.sources import RepoSources
 
 pytestmark = pytest.mark.docker
 
@@ -77,7 +79,7 @@ def test_the_instance_layer_is_slim_and_a_reset_still_restores_the_tree(docker_c
     instance = load_instances(ids=[INSTANCE])[0]
     tag = build_instance_image(instance).tag
     files = top_layer_files(tag)
-    assert "testbed/requests/__init__.py" in files and any(p.startswith("testbed/.git/objects/") for p in files)
+    assert "testbed/.git/index" in files and any(p.startswith("testbed/.git/objects/pack/") for p in files)
     leftovers = [p for p in files if p.endswith(".pyc") or p.startswith(("testbed/build/", "root/.cache/"))
                  or (p.startswith("testbed/.git/hooks/") and p.endswith(".sample"))]
     assert leftovers == []
@@ -86,3 +88,42 @@ def test_the_instance_layer_is_slim_and_a_reset_still_restores_the_tree(docker_c
               "git status --porcelain")
     out = docker_client.containers.run(tag, ["bash", "-c", script], remove=True, network_mode="none")
     assert out.decode().strip() == ""
+
+
+def test_over_a_shared_reference_the_box_sees_the_base_commit_alone_and_the_layer_holds_only_its_changes(
+        docker_client):
+    """pytest-7432's quarter has three commits: its reference is another row's base. In the box: the base tree
+    exactly (no file of the reference's commit the base lacks), a clean status, the base commit and the SWE-bench
+    commit as the only history, and no object outside the base commit's tree (nothing of the reference leaks).
+    In the layer: the files that differ, not the checkout."""
+    from pinpoint.swebench_eval.reference import archive_dir, tree_objects
+
+    instance = load_instances(ids=["pytest-dev__pytest-7432"])[0]
+    record = build_instance_image(instance)
+    plan, base = record.plan, instance.base_commit
+    assert plan.reference.commit != base
+    script = ("cd /testbed && git status --porcelain && echo --- && git log --format=%H%n%P%n%s && echo --- && "
+              "git cat-file --batch-all-objects --batch-check='%(objectname)' && echo --- && git ls-files")
+    out = docker_client.containers.run(plan.instance_tag, ["bash", "-c", script], remove=True, network_mode="none")
+    status, log, objects, tracked = out.decode().split("---\n")
+    assert status == ""
+    swe_commit, parent, subject, base_again, no_parent, _ = log.split("\n", 5)
+    assert (parent, subject, base_again, no_parent) == (base, "SWE-bench", base, "")
+    git_dir = archive_dir(RepoSources(), instance.repo)
+    tree = tree_objects(git_dir, base)
+    assert set(objects.split()) == tree | {base, swe_commit}
+    base_paths = subprocess.run(["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", base],
+                                capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(tracked.split()) == sorted(base_paths)
+    ref_only = set(subprocess.run(["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only",
+                                   plan.reference.commit], capture_output=True, text=True, check=True).stdout.split())
+    gone = sorted(ref_only - set(base_paths))
+    if gone:
+        probe = " && ".join(f"test ! -e /testbed/{path}" for path in gone[:50])
+        docker_client.containers.run(plan.instance_tag, ["bash", "-c", probe], remove=True, network_mode="none")
+    changed = subprocess.run(["git", "--git-dir", str(git_dir), "diff", "--name-only", plan.reference.commit, base],
+                             capture_output=True, text=True, check=True).stdout.split()
+    files = top_layer_files(plan.instance_tag)
+    in_layer = {path.removeprefix("testbed/") for path in files} & set(base_paths)
+    assert in_layer and in_layer <= set(changed)  # no tracked file the reference already holds as the base has it
+    assert len(in_layer) < len(base_paths) / 2  # most of the checkout comes from the reference

@@ -20,6 +20,14 @@ from pinpoint.swebench_eval.patches import (
     apply_patch,
 )
 from pinpoint.swebench_eval.predictions import read_predictions
+from pinpoint.swebench_eval.reference import (
+    archive_dir,
+    choose_reference,
+    period_of,
+    shared_objects,
+    tree_objects,
+    write_commit_delta,
+)
 from pinpoint.swebench_eval.scripts import eval_script
 from pinpoint.swebench_eval.sources import RepoSources, SourceError
 from pinpoint.swebench_eval.specs import env_inputs, modified_test_files, spec_for
@@ -332,3 +340,43 @@ def test_agent_and_grader_boxes_take_the_same_cpus_from_the_spec_unless_configur
         expected = spec_for(instance).get("nano_cpus", 1_000_000_000) / 1e9
         assert instance_cpus(instance, RuntimeSettings()) == expected
         assert instance_cpus(instance, RuntimeSettings(cpus=3.0)) == 3.0
+
+
+# -- reference layer ------------------------------------------------------------------------------------------------
+
+#: its quarter (2020 Q2) has three commits in the archive; the reference is the oldest, c98bc4cd (pytest-7236's base)
+PYTEST_ID = "pytest-dev__pytest-7432"
+
+
+def _git_lines(git_dir: Path, *args: str) -> list[str]:
+    return subprocess.run(["git", "--git-dir", str(git_dir), *args], capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def test_a_reference_is_the_quarters_oldest_commit_and_holds_only_objects_every_commit_of_the_quarter_has(sources):
+
+    instance = load_instances(ids=[PYTEST_ID])[0]
+    reference = choose_reference(sources, instance.repo, instance.base_commit)
+    git_dir = archive_dir(sources, instance.repo)
+    when = {c: int(_git_lines(git_dir, "log", "-1", "--format=%ct", c)[0]) for c in reference.members}
+    assert instance.base_commit in reference.members and len(reference.members) == 3
+    assert reference.commit != instance.base_commit and when[reference.commit] == min(when.values())
+    assert len({period_of(t) for t in when.values()}) == 1
+    assert choose_reference(sources, instance.repo, instance.base_commit) == reference  # the same on every call
+    shared = set(shared_objects(sources, reference))
+    assert shared and all(shared <= tree_objects(git_dir, member) for member in reference.members)
+
+
+def test_the_commit_delta_holds_the_commit_and_only_the_objects_its_reference_lacks(tmp_path, sources):
+
+    instance = load_instances(ids=[PYTEST_ID])[0]
+    reference = choose_reference(sources, instance.repo, instance.base_commit)
+    delta = write_commit_delta(sources, reference, instance.base_commit, tmp_path / "delta")
+    (index,) = delta.glob("pack-*.idx")
+    listed = subprocess.run(["git", "show-index"], stdin=index.open("rb"), capture_output=True, text=True, check=True)
+    packed = {line.split()[1] for line in listed.stdout.splitlines()}
+    tree = tree_objects(archive_dir(sources, instance.repo), instance.base_commit)
+    assert packed == {instance.base_commit} | (tree - set(shared_objects(sources, reference)))
+    assert len(packed) < len(tree) / 2  # most of the tree comes from the reference
+    assert (delta / "shallow").read_text().strip() == instance.base_commit
+    assert f"'{instance.base_commit}' of file://" in (delta / "FETCH_HEAD").read_text()
