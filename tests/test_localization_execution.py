@@ -492,3 +492,12 @@ def test_a_passing_test_stops_tracing_a_function_once_it_has_run_every_line_of_i
     full, focused = traced(None), traced(["t::failing"])
     assert focused.complete == {_helper.__code__, _loop.__code__}  # every line run: later calls untraced
     assert focused.take()[0] == full.take()[0]
+
+
+def test_the_overhead_lab_refuses_unknown_variants_in_one_line(capsys):
+    from pinpoint.localization.lab import tracer_overhead
+
+    assert tracer_overhead.main(["row", "--variants", "old,fast"]) == 2
+    assert tracer_overhead.main(["row", "--variants", "old"]) == 2  # 'old' needs --old
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("tracer_overhead: --variants takes old, new, coverage") for line in err)
