@@ -147,5 +147,5 @@ def test_a_node_lost_mid_run_loses_only_its_items_and_its_boxes_are_reaped_when_
         tmp_path: Path, instance_engine: SecondEngine) -> None:
     with cluster_on(instance_engine, cpus=2, docker=1) as cluster:
         _eval_with_node_loss(tmp_path, cluster, instance_engine,
-                             {i: instance for i, (_, instance) in instance_engine.tags.items()})
+                             {i: instance for i, (*_, instance) in instance_engine.tags.items()})
         _batch_with_node_loss(tmp_path, cluster)

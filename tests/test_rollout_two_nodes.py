@@ -84,6 +84,6 @@ def test_rollout_on_two_nodes_gives_the_local_rows_and_survives_losing_a_node(
     expected = _stable(_lines(tmp_path / "local.jsonl"))
     assert [row[:2] for row in expected] == [(i, s) for i in sorted(INSTANCES) for s in range(2)]
     with cluster_on(instance_engine, cpus=2, docker=2) as cluster:
-        images = {i: instance for i, (_, instance) in instance_engine.tags.items()}
+        images = {i: instance for i, (*_, instance) in instance_engine.tags.items()}
         rows = _rollout_with_node_loss(tmp_path, tasks, cluster, instance_engine, images)
         assert _stable(rows) == expected  # every (task, sample) written once, with the rows of the local backend

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 def test_each_nodes_boxes_run_on_its_own_engine(tmp_path: Path, instance_engine) -> None:
     engine = instance_engine
-    images = {i: instance for i, (_, instance) in engine.tags.items()}
+    images = {i: instance for i, (*_, instance) in engine.tags.items()}
     assert all(main == second for main, second in engine.loaded.values()), engine.loaded  # save | load keeps ids
     run_id = uuid.uuid4().hex[:12]
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS", "DOCKER_HOST")},

@@ -189,13 +189,14 @@ class TwoNodeCluster:
 INSTANCES = ("psf__requests-2931", "psf__requests-1921")
 
 
-def image_tags(instance_id: str) -> tuple[str, str]:
-    """(env tag, instance tag) of an instance on the main engine, built by the caching builder if missing."""
+def image_tags(instance_id: str) -> tuple[str, str, str]:
+    """(env, reference, instance) tags of an instance on the main engine, built by the caching builder if missing:
+    the whole chain, so a node given them builds nothing (a missing reference layer would be built there)."""
     from pinpoint.swebench_eval.datasets import load_instances
     from pinpoint.swebench_eval.images import build_instance_image
 
     plan = build_instance_image(load_instances(ids=[instance_id])[0]).plan
-    return plan.env_tag, plan.instance_tag
+    return plan.env_tag, plan.reference_tag, plan.instance_tag
 
 
 @pytest.fixture(scope="session")
@@ -210,7 +211,7 @@ def instance_engine(docker_client) -> Iterator[SecondEngine]:
         pytest.skip(f"no second Docker engine here: {exc}")
     try:
         engine.tags = tags
-        engine.loaded = {tag: engine.load_from_main(tag) for pair in tags.values() for tag in pair}
+        engine.loaded = {tag: engine.load_from_main(tag) for chain in tags.values() for tag in chain}
         yield engine
     finally:
         engine.stop()
