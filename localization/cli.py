@@ -135,10 +135,26 @@ def _localize_args(p: argparse.ArgumentParser) -> None:
                    "(MBFL, predicate switching, insertion points; each alone, as the spectrum's tie-break and fused: "
                    "mbfl, predicates, insertion, spectrum_mbfl/ps/ins/split, fused_split/ps/ins/all/...; cached in "
                    "<cache>/oracle-mbfl-v<N>)")
+    p.add_argument("--peer", action="append", choices=PEERS, default=[],
+                   help="oracle rows also get another tool's ranking as a baseline column, scored as every signal "
+                   "(fauxpy: FauxPy's SBFL in the same box, its rows cached in docs/bench/fauxpy-peer/rows; a row it "
+                   "cannot run on is a miss, with why); repeatable")
     p.add_argument("--workers", type=int, default=1, help="rows computed at once (default 1: each row's costs are "
                    "measured alone)")
     executor_args(p)
     p.set_defaults(func=_localize)
+
+
+#: `bench localize --peer` names
+PEERS = ("fauxpy",)
+
+
+def _peers(names: list[str]) -> list:
+    """The peers asked for, each once (their modules load only when asked)."""
+    from pinpoint.localization.lab import fauxpy_peer
+
+    known = {"fauxpy": fauxpy_peer.PEER}
+    return [known[name] for name in dict.fromkeys(names)]
 
 
 def _localize(args) -> int:
@@ -148,13 +164,16 @@ def _localize(args) -> int:
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     if not settings or set(settings) - set(bench.SETTINGS):
         raise UsageError(f"--settings {args.settings!r}: expected issue, oracle or issue,oracle")
+    if args.peer and "oracle" not in settings:
+        raise UsageError("--peer adds a column to the oracle rows: add oracle to --settings")
     instances = selection_from_args(args).instances
     if not instances:
         raise UsageError("no SWE-bench rows with an offline repository source (see --repos-dir)")
+    peers = _peers(args.peer)
     report = {}
     with executor_for(args.backend, args.address, args.workers) as executor:
         for setting, rows in bench.setting_rows(instances, settings, args.cache or bench.ROWS_DIR, args.budget,
-                                                log=_log, mbfl=args.mbfl, executor=executor):
+                                                log=_log, mbfl=args.mbfl, executor=executor, peers=peers):
             print(bench.format_table(setting, rows))
             print(bench.per_repo(rows))
             report[setting] = {"rows": rows, "totals": bench.totals(rows)}

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from pinpoint.localization.lab import fauxpy_peer as peer
+from pinpoint.localization.lab import localize_bench as bench
 from pinpoint.localization.suspects import Suspect
 
 #: as FauxPy 0.7.0 writes `Scores_Ochiai.csv` (csv module, Entity = absolute path :: line), from a requests row
@@ -68,7 +69,7 @@ def test_a_gold_line_inside_a_tie_counts_in_expectation_not_by_the_printed_order
     row = {"instance_id": "r", "gold_files": ["pkg/m.py"], "gold_functions": [["pkg/m.py", "<module>"]],
            "gold_lines": {"pkg/m.py": [gold_line]}, "spans": {"pkg/m.py": []},
            "suspects": [["pkg/m.py", n, 0.7] for n in range(12, 0, -1)] + [["pkg/m.py", 40, 0.2]]}
-    printed = peer.hits(peer.peer_suspects(row), row)
+    printed = bench.peer_hits(row, row, "fauxpy")  # as `bench localize --peer fauxpy` scores it
     assert printed["line@1"] and printed["line@1~"] == pytest.approx(1 / 12)
     assert printed["line@10~"] == pytest.approx(10 / 12) and printed["ties_line"] == 12
     assert printed["file@1"] and printed["file@1~"] == 1.0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import random
@@ -269,54 +270,29 @@ def peer_row(instance, budget_s: float = BUDGET_S) -> dict:
 #: targeted signals (`fused_predicates` is the default since issue 25)
 PINPOINT_SIGNALS = ("spectrum", "fused", "fused_predicates")
 METRICS = ("file@1", "file@5", "function@5", "line@1", "line@10")
-
-
-def compute_row(instance, budget_s: float = BUDGET_S) -> dict:
-    """`peer_row` with the row's id, repository and wall time; a row FauxPy cannot run on says why in one line."""
-    started = time.monotonic()
-    try:
-        row = peer_row(instance, budget_s)
-    except Exception as exc:  # one row that cannot run must not stop the others; the table counts it
-        row = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:400]}
-    return {**row, "instance_id": instance.instance_id, "repo": instance.repo,
-            "seconds": round(time.monotonic() - started, 1)}
+#: FauxPy as `bench localize --peer fauxpy`'s column: its rows in their committed cache
+PEER = bench.Peer("fauxpy", PEER_DIR / "rows", peer_row)
 
 
 def cached(instances: Sequence, cache: Path, budget_s: float = BUDGET_S, log=print) -> list[dict]:
     """Each instance's row from `cache` when it ran there before, else computed now and written (so a run resumes;
-    a row that could not run is tried again)."""
-    cache.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for instance in instances:
-        path = cache / f"{instance.instance_id}.json.gz"
-        row = bench.read_row(path)
-        if row is None or row.get("error"):
-            row = compute_row(instance, budget_s)
-            bench.write_row(path, row)
-            log(f"{instance.instance_id}: " + (row.get("error") or f"FauxPy {row['cost']['fauxpy_seconds']} s, "
-                                               f"{len(row['suspects'])} lines"))
-        rows.append(row)
-    return rows
-
-
-def peer_suspects(row: dict) -> list[Suspect]:
-    """The row's FauxPy lines (those a failing test ran) as suspects, in FauxPy's order."""
-    return [Suspect(p, n, n, score, "fauxpy") for p, n, score in row["suspects"]]
+    a row that could not run says why in one line and is tried again): the bench's own row cache."""
+    peer = bench.Peer(PEER.name, cache, functools.partial(peer_row, budget_s=budget_s))
+    rows = bench.peer_rows(peer, instances, log=log)
+    return [rows[instance.instance_id] for instance in instances]
 
 
 def hits(suspects: Sequence[Suspect], row: dict) -> dict:
-    """One ranking's hits as counted in its order and in expectation over ties, and its top tie groups."""
-    sources, gold = bench.row_sources(row), bench.row_gold(row)
-    return {**bench.score(bench.ranked_views(suspects, sources), gold),
-            **bench.tie_scores(bench.scored_views(suspects, sources), gold)}
+    """One ranking of the row scored as `bench localize` scores its signals."""
+    return bench.ranking_hits(suspects, bench.row_gold(row), bench.row_sources(row))
 
 
 def scored(row: dict, pinpoint_rows: Path = PINPOINT_ROWS) -> dict:
-    """The row's rankings side by side: FauxPy with ties broken at random and as it prints them, and pinpoint's
-    signals from its own cached row of the same instance (hits computed again from its kept suspects)."""
-    suspects = peer_suspects(row)
-    signals = {"fauxpy": hits(random_ties(suspects, row["instance_id"]), row),
-               "fauxpy_printed": hits(suspects, row)}
+    """The row's rankings side by side: FauxPy with ties broken at random and as it prints them (the bench's
+    column), and pinpoint's signals from its own cached row of the same instance (hits computed again from its
+    kept suspects)."""
+    signals = {"fauxpy": hits(random_ties(bench.peer_suspects(row, PEER.name), row["instance_id"]), row),
+               "fauxpy_printed": bench.peer_hits(row, row, PEER.name)}
     own = bench.read_row(pinpoint_rows / f"{row['instance_id']}.json.gz")
     records = (own or {}).get("lines") or [{}]
     if own is not None and not own.get("error"):

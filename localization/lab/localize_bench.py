@@ -164,6 +164,14 @@ def structured(signals: dict[str, list[Suspect]], records: Sequence[LineRecord],
     return {"lines": [r.to_dict() for r in records], "spans": spans_json(sources, paths)}
 
 
+def ranking_hits(suspects: Sequence[Suspect], gold: Gold, sources: Sources) -> dict:
+    """One ranking's hits in its order and in expectation over its ties, its top tie groups, and its top files,
+    functions and lines: what the bench keeps of every signal, fusion and peer."""
+    views = ranked_views(suspects, sources)
+    return {**score(views, gold), **tie_scores(scored_views(suspects, sources), gold), "top_files": views[0][:5],
+            "top_functions": views[1][:10], "top_lines": views[2][:10]}
+
+
 def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, sources: Sources) -> dict:
     """Per-signal hits, and the fused ranking's (reciprocal rank over the setting's signals)."""
     members = {n: s for n, s in signals.items() if n in FUSED[setting] and s}
@@ -175,10 +183,7 @@ def evaluate_row(signals: dict[str, list[Suspect]], setting: str, gold: Gold, so
         ranked["interleaved"] = fuse(members, files="interleave")
     out = {}
     for name, suspects in ranked.items():
-        scored = scored_views(suspects, sources)
-        views = ranked_views(suspects, sources)
-        out[name] = {**score(views, gold), **tie_scores(scored, gold), "top_files": views[0][:5],
-                     "top_functions": views[1][:10], "top_lines": views[2][:10]}
+        out[name] = ranking_hits(suspects, gold, sources)
         if name not in ("fused", "interleaved", *VARIANTS):  # what a learned fusion trains on, without running it again
             out[name]["suspects"] = [s.to_dict() for s in suspects[:KEPT_SUSPECTS]]
     return out
@@ -191,26 +196,43 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
     here; on Ray, a task holding one box), written there by this process as it comes back (`variant`: a folder of
     its own, e.g. `-mbfl` for rows with MBFL; a cached row without every signal in `needs` is computed again, so a
     signal added later extends the cached rows). Rows come back in `instances`' order."""
-    folder = cache / f"{setting}{variant}-v{ROW_VERSION}"
+    rows = stored_rows(cache / f"{setting}{variant}-v{ROW_VERSION}", instances, setting, compute,
+                       usable=lambda row: all(n in row["signals"] for n in needs), read=rescored, log=log,
+                       executor=executor)
+    return [rows[instance.instance_id] for instance in instances]
+
+
+def stored_rows(folder: Path, instances: Sequence, setting: str, compute: Callable,
+                usable: Callable[[dict], bool] = lambda row: True, read: Callable[[dict], dict] = lambda row: row,
+                log=print, executor: LocalExecutor | RayExecutor | None = None,
+                headline: Callable[[dict], str] | None = None) -> dict[str, dict]:
+    """Each instance's row from `folder` (one gzip JSON per row, `read` applied) when it ran there and is `usable`,
+    else `compute(instance)` on `executor`, timed and written by this process as it comes back; one that raised is
+    written as a one-line error and computed again next time. By instance id."""
     folder.mkdir(parents=True, exist_ok=True)
     rows: dict[str, dict] = {}
     todo = {}
     for instance in instances:
         cached = read_row(folder / f"{instance.instance_id}.json.gz")
-        if cached is not None and not cached.get("error") and all(n in cached["signals"] for n in needs):
-            rows[instance.instance_id] = rescored(cached)
+        if cached is not None and not cached.get("error") and usable(cached):
+            rows[instance.instance_id] = read(cached)
         else:
             todo[instance.instance_id] = instance
     items = [Item(key, (compute, instance), Needs(cpus=1, docker=1)) for key, instance in todo.items()]
     for outcome in (executor or LocalExecutor()).run(_timed_row, items):
         instance = todo[outcome.key]
-        row = outcome.value if outcome.error is None else {"error": f"{type(outcome.error).__name__}: {outcome.error}"}
+        row = outcome.value if outcome.error is None else {"error": one_line(outcome.error)}
         row.update(instance_id=instance.instance_id, repo=instance.repo, setting=setting,
                    created_at=instance.created_at)
         write_row(folder / f"{instance.instance_id}.json.gz", row)  # an error row is computed again next time
         rows[outcome.key] = row
-        log(f"{instance.instance_id} [{setting}]: " + _headline(row))
-    return [rows[instance.instance_id] for instance in instances]
+        log(f"{instance.instance_id} [{setting}]: " + (headline or _headline)(row))
+    return rows
+
+
+def one_line(exc: BaseException, limit: int = 2000) -> str:
+    """An exception as the one line a row keeps of why it could not run."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:limit]
 
 
 def _timed_row(compute: Callable, instance) -> dict:
@@ -373,7 +395,7 @@ def guarded(compute: Callable[[object], dict]) -> Callable[[object], dict]:
         try:
             return compute(instance)
         except Exception as exc:  # one broken row must not stop the benchmark; it is counted apart
-            return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+            return {"error": one_line(exc)}
     return run
 
 
@@ -426,6 +448,7 @@ def format_table(setting: str, rows: list[dict]) -> str:
     for name, values in table.items():
         lines.append(f"{name:<{w}}" + "".join(f"{values[m]:>13.2f}" for m in EXPECTED)
                      + "".join(f"{values[m]:>8.1f} /{values[m + '_median']:>5.0f}" for m in TIES))
+    lines += peer_misses(good)
     costs = [r["cost"] for r in good if "execution_seconds" in r.get("cost", {})]
     if costs:
         lines.append(execution_cost(costs))
@@ -506,6 +529,66 @@ def per_repo(rows: list[dict], signal: str = "fused") -> str:
     return "\n".join(lines)
 
 
+# -- peers: another tool's ranking as a column beside the signals -------------------------------------------------
+@dataclass(frozen=True)
+class Peer:
+    """Another tool run on the oracle rows as a baseline column (`--peer`): `compute(instance)` runs it in the
+    instance's box and returns its row (`suspects`: `[path, line, score]` in the tool's order; `spans`: the function
+    spans of their files), cached one file per row in `cache`, apart from the bench's rows."""
+
+    name: str
+    cache: Path
+    compute: Callable[[object], dict]
+
+
+def peer_suspects(peer_row: dict, name: str) -> list[Suspect]:
+    """A peer row's ranked lines as suspects, in the tool's order."""
+    return [Suspect(p, n, n, score, name) for p, n, score in peer_row["suspects"]]
+
+
+def peer_hits(row: dict, peer_row: dict, name: str) -> dict:
+    """A peer's ranking scored on a bench row as every signal is (the row's gold; in the peer's order and in
+    expectation over its ties); where the peer could not run, a miss that keeps why (`error`), as a signal that
+    found nothing is a miss."""
+    sources = row_sources({"spans": {**peer_row.get("spans", {}), **row.get("spans", {})}})
+    error = peer_row.get("error")
+    hits = ranking_hits([] if error else peer_suspects(peer_row, name), row_gold(row), sources)
+    return {**hits, "seconds": peer_row.get("seconds"), **({"error": error} if error else {})}
+
+
+def with_peers(rows: list[dict], instances: Sequence, peers: Sequence[Peer], log=print,
+               executor: LocalExecutor | RayExecutor | None = None) -> list[dict]:
+    """The oracle rows, each that ran with every peer's column: peer rows read from their caches, the others
+    computed on `executor` (as the bench's own rows are) and written there."""
+    ran = [instance for instance, row in zip(instances, rows, strict=True) if not row.get("error")]
+    for peer in peers:
+        found = peer_rows(peer, ran, log=log, executor=executor)
+        for row in rows:
+            if (peer_row := found.get(row.get("instance_id", ""))) is not None:
+                row["signals"][peer.name] = peer_hits(row, peer_row, peer.name)
+    return rows
+
+
+def peer_rows(peer: Peer, instances: Sequence, log=print, executor: LocalExecutor | RayExecutor | None = None
+              ) -> dict[str, dict]:
+    """The peer's row of each instance, by id: from its cache, else computed and written there (one that could not
+    run says why in one line and is tried again next time)."""
+    def headline(row: dict) -> str:
+        return (f"{peer.name} could not run: {row['error'][:300]}" if row.get("error")
+                else f"{peer.name} ranked {len(row['suspects'])} lines ({row['seconds']}s)")
+    return stored_rows(peer.cache, instances, "oracle", peer.compute, log=log, executor=executor, headline=headline)
+
+
+def peer_misses(rows: Sequence[dict]) -> list[str]:
+    """One line per signal that could not run on some rows (a peer), counted there as a miss: which rows, why."""
+    lines = []
+    for name in dict.fromkeys(n for r in rows for n, hits in r["signals"].items() if hits.get("error")):
+        failed = [r for r in rows if r["signals"].get(name, {}).get("error")]
+        lines.append(f"{name} could not run on {len(failed)}/{len(rows)} rows (counted as misses): "
+                     + "; ".join(f"{r['instance_id']}: {r['signals'][name]['error'][:200]}" for r in failed))
+    return lines
+
+
 # -- the learned fusion, on rows it never trained on ---------------------------------------------------------------
 #: the date split: train on rows created before, test on those after (about two thirds of the dev rows before)
 DATE_CUT = "2021-07-01"
@@ -546,10 +629,7 @@ def learned_hits(model: FusionModel, row: dict, lead: int | None = None) -> dict
     """The learned fusion's hits on one row, read as files, functions and lines like every other signal (and over
     ties); `lead`: `LearnedFusion.lead`, the model ordering lines only inside reciprocal rank's top file."""
     signals, records = row_inputs(row)
-    fused, sources, gold = LearnedFusion(model, lead=lead).fuse(signals, records), row_sources(row), row_gold(row)
-    views = ranked_views(fused, sources)
-    return {**score(views, gold), **tie_scores(scored_views(fused, sources), gold), "top_files": views[0][:5],
-            "top_functions": views[1][:10], "top_lines": views[2][:10]}
+    return ranking_hits(LearnedFusion(model, lead=lead).fuse(signals, records), row_gold(row), row_sources(row))
 
 
 def learnable(rows: Sequence[dict]) -> list[dict]:
@@ -588,17 +668,20 @@ def with_learned(rows: list[dict]) -> list[dict]:
 
 
 def setting_rows(instances: Sequence, settings: Sequence[str], cache: Path = ROWS_DIR, budget_s: float = 300.0,
-                 log=print, mbfl: bool = False, executor: LocalExecutor | RayExecutor | None = None
-                 ) -> Iterator[tuple[str, list[dict]]]:
+                 log=print, mbfl: bool = False, executor: LocalExecutor | RayExecutor | None = None,
+                 peers: Sequence[Peer] = ()) -> Iterator[tuple[str, list[dict]]]:
     """Each setting's rows in turn (cached ones read back, the others computed and cached), with their `learned`
     hits: what `pinpoint bench localize` prints. `mbfl`: oracle rows also run the targeted signals (MBFL, predicate
-    switching, insertion points; cached in their own folder, rows cached before a signal existed extended)."""
+    switching, insertion points; cached in their own folder, rows cached before a signal existed extended);
+    `peers`: oracle rows also get each peer's column (`with_peers`)."""
     compute = {"issue": issue_row, "oracle": lambda i: oracle_row(i, budget_s, mbfl)}
     for setting in settings:
         variant = "-mbfl" if mbfl and setting == "oracle" else ""
-        yield setting, with_learned(cached_rows(instances, setting, cache, guarded(compute[setting]), log=log,
-                                                variant=variant, needs=("predicates", "insertion") if variant else (),
-                                                executor=executor))
+        rows = cached_rows(instances, setting, cache, guarded(compute[setting]), log=log, variant=variant,
+                           needs=("predicates", "insertion") if variant else (), executor=executor)
+        if setting == "oracle" and peers:
+            rows = with_peers(rows, instances, peers, log=log, executor=executor)
+        yield setting, with_learned(rows)
 
 
 def fusion_report(setting: str, rows: list[dict]) -> str:
