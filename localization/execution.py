@@ -15,7 +15,7 @@ import json
 import shlex
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pinpoint.environments.runtime import Runtime
@@ -92,6 +92,8 @@ class TracedTest:
     outcome: str
     message: str = ""
     duration_s: float = 0.0
+    #: CPU seconds of the runner's process while it ran (what the budget counts; wall time grows with the load)
+    cpu_s: float = 0.0
     lines: dict[str, frozenset[int]] = field(default_factory=dict)
     frames: tuple[Frame, ...] = ()
     blocks: dict[str, FunctionTrace] = field(default_factory=dict)
@@ -158,14 +160,30 @@ class ExecutionEvidence:
         for t in self.tests:
             counts[t.outcome] = counts.get(t.outcome, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        cpu = sum(t.cpu_s for t in self.tests)
+        cpu_part = f" ({cpu:.1f} CPU s in tests)" if cpu else ""
         tail = f"; {self.error.splitlines()[-1][:200]}" if self.error.strip() else ""
         screen = (f" ({self.screened} passing candidates screened, {self.screened_entering} entering the failing "
                   "tests' functions)" if self.screened else "")
-        return (f"{len(self.tests)} tests traced ({parts or 'none'}){screen} in {self.seconds:.1f}s, "
+        return (f"{len(self.tests)} tests traced ({parts or 'none'}){screen} in {self.seconds:.1f}s{cpu_part}, "
                 f"{self.status}{tail}")
 
 
 # -- running the tracer -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceLimits:
+    """The runner's budget rules past `budget_s` and `per_test_timeout` (`trace_runner.Budget`): CPU seconds, so
+    a loaded machine traces the same tests as a quiet one. The passing tests get `passing_share` of the failing
+    phase's CPU seconds (at least `passing_floor_s`); one is not started once less than `start_share` of the median
+    passing test is left; `per_test_wall_s`: a fixed wall cap per test (None: 10x its CPU limit, 10 s to twice
+    `per_test_timeout`)."""
+
+    passing_share: float = 1.0
+    passing_floor_s: float = 10.0
+    start_share: float = 0.5
+    per_test_wall_s: float | None = None
+
+
 def run_traced(
     runtime: Runtime,
     tests: Sequence[str],
@@ -181,6 +199,7 @@ def run_traced(
     ldb_top: int = 0,
     ldb_passing: int = 10,
     select: int = 0,
+    limits: TraceLimits = TraceLimits(),
 ) -> ExecutionEvidence:
     """Run pytest ids in `runtime` under the trace runner; never writes into the repository (all of it goes to a
     fresh folder under /tmp, removed afterwards). `failing`: the tests expected to fail (see ExecutionEvidence;
@@ -189,12 +208,13 @@ def run_traced(
     `ldb_passing` passing tests that ran one (`block_traces`; what `ldb.trace_targets` and `collect_block_traces`
     would choose, without a second interpreter's start, imports and collection). `select`: the tests after the
     failing ones are candidates, screened (a call-level pre-pass) and this many of them traced as the passing
-    tests, chosen by the failing tests' functions they enter (the runner's `choose_by_coverage`)."""
+    tests, chosen by the failing tests' functions they enter (the runner's `choose_by_coverage`). `limits`: the
+    budget's rules (`TraceLimits`); `per_test_timeout` is each test's CPU limit."""
     folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
     options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
                "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
                "targets": [t.to_json() for t in targets], "failing": list(failing) if failing else None,
-               "trace": trace}
+               "trace": trace, **asdict(limits)}
     if select and trace and failing:
         options.update(select="coverage", max_passing=select)
     runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
@@ -205,7 +225,7 @@ def run_traced(
     command = (f"{python} {folder}/trace_runner.py {folder}/input.json > {folder}/log.txt 2>&1; "
                f"echo \"pinpoint-trace-exit $?\"; tail -c 3000 {folder}/log.txt")
     # the runner stops itself at the budget between tests (the LDB phase has one of its own); this limit only
-    # catches a test that ignores its alarm
+    # catches a test that ignores its timers
     limit = budget_s * (2 if "ldb" in options else 1) + per_test_timeout + 60.0
     result = runtime.run(command, timeout=limit, env={**RUN_ENV, **(env or {})})
     try:
@@ -286,7 +306,7 @@ def _test_run(record: dict) -> TracedTest:
         blocks[key] = FunctionTrace(raw.get("calls", 0), frozenset(raw.get("executed", [])), traces)
     return TracedTest(
         nodeid=record["nodeid"], outcome=record.get("outcome", "error"), message=record.get("message", ""),
-        duration_s=float(record.get("duration_s", 0.0)),
+        duration_s=float(record.get("duration_s", 0.0)), cpu_s=float(record.get("cpu_s", 0.0)),
         lines={path: frozenset(lines) for path, lines in (record.get("lines") or {}).items()},
         frames=tuple(Frame(p, int(n), f) for p, n, f in record.get("frames", [])), blocks=blocks,
         recent=tuple((p, int(n)) for p, n in record.get("recent", [])))

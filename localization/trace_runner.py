@@ -22,7 +22,9 @@ import math
 import os
 import re
 import reprlib
+import resource
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -310,49 +312,124 @@ class Tracer:
         return lines, recent, blocks
 
 
-class Budget:
-    """How long each test may run. The overall `budget_s` bounds the run; with `failing` ids named (they run
-    first), the failing phase (the run until they had run: start, imports, collection, their traced calls) says how
-    slow this suite is: the passing tests after it get `passing_share` of that time in all (at least
-    `passing_floor_s`), and each one at most that phase's time (at least 1 s), so a slow suite stops sampling early
-    and one slow passing test does not take the whole share."""
+#: a passing test starts only while at least this share of the median CPU seconds of the passing tests run so far
+#: in its window is left: a test that would mostly fit is started and may finish (its own limit, not what is left,
+#: bounds it), so the window overruns by about half a test at most and never ends in a cut, half-traced record
+START_SHARE = 0.5
+#: a test's wall cap: this many times its CPU limit, at least WALL_FLOOR_S and at most twice `per_test_timeout`; a
+#: test that sleeps or blocks on I/O uses no CPU and must still end, and under load a CPU second takes several
+WALL_FACTOR = 10.0
+WALL_FLOOR_S = 10.0
 
-    def __init__(self, options, started, phase_floor=0.0):
-        self.started = started
+#: what one test may use: CPU seconds of the runner's process (SIGPROF) and wall seconds (SIGALRM)
+Limit = collections.namedtuple("Limit", "cpu_s wall_s")
+
+
+def cpu_now():
+    """CPU seconds (user + system) of this process and its finished children: what running the tests has cost,
+    whatever else the machine runs (wall time grows with the load; this does not)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def arm(limit):
+    """A test's two timers on: SIGPROF after `limit.cpu_s` of this process's CPU, SIGALRM after `limit.wall_s`."""
+    signal.setitimer(signal.ITIMER_PROF, max(limit.cpu_s, 0.001))
+    signal.setitimer(signal.ITIMER_REAL, max(limit.wall_s, 0.001))
+
+
+def disarm():
+    """Both timers off; what was left of them, as a Limit."""
+    return Limit(signal.setitimer(signal.ITIMER_PROF, 0)[0], signal.setitimer(signal.ITIMER_REAL, 0)[0])
+
+
+def on_timeout(handler):
+    """`handler(signum, frame)` for both timers; it names which fired by `timer_of(signum)`."""
+    signal.signal(signal.SIGPROF, handler)
+    signal.signal(signal.SIGALRM, handler)
+
+
+def timer_of(signum):
+    return "cpu" if signum == signal.SIGPROF else "wall"
+
+
+def timeout_message(timer, limit, cpu_s):
+    """What a timed-out test's record says: which limit it ran past."""
+    if timer == "cpu":
+        return f"timed out after {limit.cpu_s:.3g} CPU s"
+    return f"timed out at its wall cap of {limit.wall_s:.3g}s ({cpu_s:.3g} CPU s used: sleeping, blocked or starved)"
+
+
+class Budget:
+    """How much each test may use, counted in CPU seconds so that a busy machine traces the same tests as a quiet
+    one. The overall `budget_s` (wall) is the hard bound. With `failing` ids named (they run first), the failing
+    phase's CPU seconds (the run until they had run: start, imports, collection, their traced calls) say how slow
+    this suite is: the passing tests after it get a window of `passing_share` of them (at least `passing_floor_s`,
+    CPU) in all, and each one at most that phase's CPU (at least 1 s), so a slow suite stops sampling early and one
+    slow passing test does not take the whole share. A passing test is not started once less than `start_share`
+    of the median passing test so far is left of the window (`START_SHARE`); one started may use its own limit."""
+
+    def __init__(self, options, started, phase_floor=0.0, cpu_started=0.0):
+        self.cpu_started = cpu_started  # the CPU clock when this budget began (0.0: the process's own start)
         self.phase_floor = phase_floor  # the LDB phase: its limits are at least the spectrum phase's
-        self.deadline = self.overall = started + options.get("budget_s", 600.0)
-        self.why = self.overall_why = f"overall budget of {options.get('budget_s', 600.0):g}s spent"
+        budget_s = options.get("budget_s", 600.0)
+        self.overall = started + budget_s
+        self.why = self.overall_why = f"overall budget of {budget_s:g}s (wall) spent"
         self.per_test = options.get("per_test_timeout", 60.0)
+        self.max_wall = 2 * self.per_test
+        self.wall_cap = options.get("per_test_wall_s")  # a fixed wall cap instead of WALL_FACTOR's
         self.failing = options.get("failing")
         self.share = options.get("passing_share", 1.0)
         #: with the coverage pre-pass on, it runs first in a window of its own
         self.screen_share = options.get("screen_share", 0.5) if options.get("select") == "coverage" else None
         self.floor = options.get("passing_floor_s", 10.0)
+        self.start_share = options.get("start_share", START_SHARE)
         self.passing_phase = False
-        self.failing_phase_s = None  # how long the failing phase took, once the passing tests began
+        self.failing_phase_s = None  # the failing phase's CPU seconds, once the passing tests began
+        self.window_end = None  # the CPU clock at which the open window (passing tests, or the pre-pass) ends
+        self.window_why = ""
+        self.costs = []  # the CPU seconds of each test run in the open window
 
     def limit(self, nodeid):
-        """The seconds this test may take (its alarm); 0 or less: it is not run (`why` says why)."""
-        now = time.time()
+        """This test's `Limit`, or None: it is not started (`why` says why)."""
+        now, cpu = time.time(), cpu_now()
         if self.failing is not None and not self.passing_phase and not any(covers(w, nodeid) for w in self.failing):
             self.passing_phase = True
-            phase = self.failing_phase_s = max(now - self.started, self.phase_floor)
+            phase = self.failing_phase_s = max(cpu - self.cpu_started, self.phase_floor)
             self.per_test = min(self.per_test, max(1.0, phase))
             if self.screen_share is None:
                 self.window(self.share, "passing-test")
             else:
                 self.window(self.screen_share, "coverage pre-pass")
-        return min(self.per_test, self.deadline - now)
+        if now >= self.overall:
+            self.why = self.overall_why
+            return None
+        if self.window_end is not None:
+            left = self.window_end - cpu
+            if left <= 0:
+                self.why = self.window_why
+                return None
+            typical = statistics.median(self.costs) if self.costs else 0.0
+            if left < self.start_share * typical:
+                self.why = (f"{self.window_why}: {left:.2f} CPU s left, under {self.start_share:g}x the median "
+                            f"{typical:.2f} CPU s of the {len(self.costs)} tests run in it")
+                return None
+        wall = self.wall_cap if self.wall_cap is not None else min(
+            max(WALL_FLOOR_S, WALL_FACTOR * self.per_test), max(self.max_wall, WALL_FLOOR_S))
+        return Limit(self.per_test, min(wall, self.overall - now))
+
+    def ran(self, cpu_s):
+        """A started test's CPU seconds: the open window's typical test, for the start rule."""
+        if self.window_end is not None:
+            self.costs.append(cpu_s)
 
     def window(self, share, what):
-        """From now, `share` of the failing phase's time (at least the floor), within the overall budget."""
+        """From now, `share` of the failing phase's CPU seconds (at least the floor); the overall wall budget still
+        bounds it."""
         allowed = max(self.floor, share * self.failing_phase_s)
-        if time.time() + allowed < self.overall:
-            self.deadline = time.time() + allowed
-            self.why = (f"{what} budget of {allowed:.1f}s spent ({share:g}x the "
-                        f"{self.failing_phase_s:.1f}s until the failing tests had run)")
-        else:
-            self.deadline, self.why = self.overall, self.overall_why
+        self.window_end, self.costs = cpu_now() + allowed, []
+        self.window_why = (f"{what} budget of {allowed:.1f} CPU s spent ({share:g}x the {self.failing_phase_s:.1f} "
+                           f"CPU s until the failing tests had run, at least {self.floor:g})")
 
 
 def _cut(text, limit=2000):
@@ -373,7 +450,7 @@ class Plugin:
         self.collect_errors = {}
         self.collected = False
         self.current = None
-        self.remaining = 0.0  # seconds left of the current test's alarm
+        self.remaining = None  # the Limit left of the current test's timers
         self.ldb = ldb  # the LDB phase, run after the spectrum's tests in this session
         self.screen = screen  # the coverage pre-pass, where on
         self.phase = None  # "ldb" while it runs: its records say so
@@ -409,7 +486,7 @@ class Plugin:
         limit = self.budget.limit(item.nodeid)
         self.seen.add(item.nodeid)
         screen = self.screening and self.screen.takes(item.nodeid)
-        if limit <= 0:
+        if limit is None:
             record = {"kind": "test", "nodeid": item.nodeid, "outcome": "not_run", "message": self.budget.why}
             if screen:
                 self.screen.keep(record, set())
@@ -417,15 +494,14 @@ class Plugin:
                 self.sink.write(dict(record, phase=self.phase) if self.phase else record)
             return True  # claims the item: pytest runs nothing of it
         self.current = {"kind": "test", "nodeid": item.nodeid, "outcome": "passed", "message": "", "frames": [],
-                        "started": time.time(), "timed_out": False, "limit": limit}
+                        "started": time.time(), "cpu_started": cpu_now(), "timed_out": None, "limit": limit}
         if self.phase:
             self.current["phase"] = self.phase
         if screen:
             self.current["screen"] = True
         self.tracer.begin(item.nodeid, screen=screen)
-        if hasattr(signal, "SIGALRM"):
-            signal.signal(signal.SIGALRM, self.alarm)
-        self.remaining = limit  # the alarm runs during the test's phases only (`_timed`)
+        on_timeout(self.alarm)
+        self.remaining = limit  # the timers run during the test's phases only (`_timed`)
         return None
 
     def pytest_runtestloop(self, session):
@@ -460,22 +536,22 @@ class Plugin:
         return run
 
     def alarm(self, signum, frame):
-        if self.current is not None:
-            self.current["timed_out"] = True
-        signal.setitimer(signal.ITIMER_REAL, 2.0)  # again, if the test swallowed it
+        if self.current is not None and not self.current["timed_out"]:
+            self.current["timed_out"] = timer_of(signum)
+        arm(Limit(2.0, 2.0))  # again, if the test swallowed it (and what its teardown may still take)
         raise TestTimeout("test exceeded its time limit")
 
     def _timed(self):
-        """The per-test alarm armed during a phase (setup, call, teardown) and paused between them: an alarm
+        """The per-test timers armed during a phase (setup, call, teardown) and paused between them: a timeout
         raised in pytest's own reporting of a failure would end the whole session (INTERNALERROR)."""
-        if self.current is not None and self.remaining and hasattr(signal, "SIGALRM"):
-            signal.setitimer(signal.ITIMER_REAL, max(self.remaining, 0.001))
+        armed = self.current is not None and self.remaining is not None
+        if armed:
+            arm(self.remaining)
         try:
             yield
         finally:
-            if hasattr(signal, "SIGALRM"):
-                self.remaining = signal.getitimer(signal.ITIMER_REAL)[0]
-                signal.setitimer(signal.ITIMER_REAL, 0)
+            if armed:
+                self.remaining = disarm()
 
     def pytest_runtest_setup(self, item):
         yield from self._timed()
@@ -516,15 +592,16 @@ class Plugin:
             self.finish_test()
 
     def finish_test(self):
-        if hasattr(signal, "SIGALRM"):
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        test, self.current = self.current, None
-        limit = test.pop("limit")
-        if test["timed_out"]:
+        disarm()
+        test, self.current, self.remaining = self.current, None, None
+        limit, timer = test.pop("limit"), test.pop("timed_out")
+        cpu_s = cpu_now() - test.pop("cpu_started")
+        if timer:
             test["outcome"] = "timeout"
-            test["message"] = f"timed out after {limit:.3g}s; {test['message']}"
+            test["message"] = f"{timeout_message(timer, limit, cpu_s)}; {test['message']}"
         test["duration_s"] = round(time.time() - test.pop("started"), 3)
-        test.pop("timed_out")
+        test["cpu_s"] = round(cpu_s, 3)
+        self.budget.ran(cpu_s)
         test["lines"], test["recent"], test["blocks"] = self.tracer.take()
         if test.pop("screen", False):
             self.screen.keep(test, self.tracer.take_entered())
@@ -760,8 +837,9 @@ class LdbPhase:
         spectrum_phase = spectrum_budget.failing_phase_s
         self.tracer.set_targets(targets)
         self.tracer.failing = failing
-        budget = Budget(dict(self.options, failing=failing, select=None), now,
-                        phase_floor=now - self.started if spectrum_phase is None else spectrum_phase)
+        cpu = cpu_now()
+        budget = Budget(dict(self.options, failing=failing, select=None), now, cpu_started=cpu,
+                        phase_floor=cpu if spectrum_phase is None else spectrum_phase)
         run = make_runner(budget)
         ids = failing + passing
         for index, nodeid in enumerate(ids):
@@ -886,9 +964,9 @@ def _plain_one(nodeid, budget, tracer, phase=None, screen=False):
               "blocks": {}, "duration_s": 0.0}
     if phase:
         record["phase"] = phase
-    began = time.time()
+    began, cpu = time.time(), cpu_now()
     limit = budget.limit(nodeid)
-    if limit <= 0:
+    if limit is None:
         return dict(record, outcome="not_run", message=budget.why)
     try:
         test = _plain_test(nodeid)
@@ -899,19 +977,24 @@ def _plain_one(nodeid, budget, tracer, phase=None, screen=False):
     tracer.begin(nodeid, screen=screen)
     record.update(_call_plain(test, tracer, limit))
     record["duration_s"] = round(time.time() - began, 3)
+    record["cpu_s"] = round(cpu_now() - cpu, 3)
+    budget.ran(record["cpu_s"])
     record["lines"], record["recent"], record["blocks"] = tracer.take()
     if screen:
         record["entered"] = tracer.take_entered()
     return record
 
 
-def _call_plain(test, tracer, per_test):
-    def alarm(signum, frame):
-        raise TestTimeout(f"test exceeded its {per_test:g}s timeout")
+def _call_plain(test, tracer, limit):
+    """One plain call within its `Limit`: {} when it passed, else its outcome, message and frames."""
+    began = cpu_now()
 
-    if hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, alarm)
-        signal.setitimer(signal.ITIMER_REAL, per_test)
+    def alarm(signum, frame):
+        arm(Limit(2.0, 2.0))  # again, if the test swallowed it
+        raise TestTimeout(timeout_message(timer_of(signum), limit, cpu_now() - began))
+
+    on_timeout(alarm)
+    arm(limit)
     tracer.start()
     try:
         test()
@@ -922,8 +1005,7 @@ def _call_plain(test, tracer, per_test):
         return {"outcome": outcome, "message": _cut(f"{name}: {exc}", 500), "frames": _frames(exc.__traceback__, tracer)}
     finally:
         tracer.stop()
-        if hasattr(signal, "SIGALRM"):
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        disarm()
 
 
 # -- mutation mode (MBFL) -----------------------------------------------------------------------------------------
@@ -1234,7 +1316,7 @@ def run_mutants_plain(options, sink, started, why):
 
     def run_test(test):
         nodeid, function = test
-        result = _call_plain(function, _NoTracer(), per_test)
+        result = _call_plain(function, _NoTracer(), Limit(per_test, per_test))
         message = result.get("message", "")
         return {"nodeid": nodeid, "outcome": result.get("outcome", "passed"),
                 "exc": message.split(":", 1)[0] if message else "", "message": message}

@@ -19,6 +19,7 @@ from pinpoint.localization.execution import (
     Sources,
     SpectrumLocalizer,
     TracedTest,
+    TraceLimits,
     collect_spectrum,
     covers,
     dstar,
@@ -94,7 +95,30 @@ def test_sleeps():
 
 def test_short_sleep():
     time.sleep(1.5)
+
+
+def test_spins():
+    while True:
+        pass
 """
+#: passing tests that each use 0.3 CPU seconds, then run `mean` on lists whose sizes reach different lines (size 0
+#: its early return, 4 and more the `count > 3` branch only the failing test takes): which of them are traced
+#: shows in the spectrum's scores
+WORK = """\
+import time
+
+import pytest
+from pkg.calc import mean
+
+
+@pytest.mark.parametrize("size", [1, 2, 0, 4, 5, 6, 7, 8])
+def test_work(size):
+    began = time.process_time()
+    while time.process_time() - began < 0.3:
+        pass
+    assert mean(list(range(1, size + 1))) >= 0
+"""
+WORK_IDS = [f"tests/test_work.py::test_work[{n}]" for n in (1, 2, 0, 4, 5, 6, 7, 8)]
 OTHER = """\
 def test_unrelated():
     assert sorted([2, 1]) == [1, 2]
@@ -120,7 +144,7 @@ def _git(repo: Path, *args: str) -> None:
 def calc_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("calc-repo")
     files = {"pkg/__init__.py": "", "pkg/calc.py": CALC, "tests/test_calc.py": TESTS, "tests/test_slow.py": SLOW,
-             "tests/test_broken.py": BROKEN, "tests/test_other.py": OTHER, "conftest.py": ""}  # the root conftest puts the root on sys.path
+             "tests/test_broken.py": BROKEN, "tests/test_other.py": OTHER, "tests/test_work.py": WORK, "conftest.py": ""}  # the root conftest puts the root on sys.path
     for path, text in files.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text(text)
@@ -170,11 +194,13 @@ def test_tracing_leaves_the_tree_clean_and_changes_no_outcome(runtime):
 def test_a_test_past_its_timeout_and_a_module_failing_at_import_give_clear_partial_results(runtime):
     tests = ["tests/test_slow.py::test_sleeps", "tests/test_broken.py::test_never_runs", *FAILING,
              "tests/test_calc.py::test_no_such_test"]
-    evidence = run_traced(runtime, tests, per_test_timeout=2, python=sys.executable)
+    evidence = run_traced(runtime, tests, per_test_timeout=2, python=sys.executable,
+                          limits=TraceLimits(per_test_wall_s=3.0))
     runs = {t.nodeid: t for t in evidence.tests}
     assert evidence.status == "finished"
-    assert runs["tests/test_slow.py::test_sleeps"].outcome == "timeout"
-    assert "timed out after 2s" in runs["tests/test_slow.py::test_sleeps"].message
+    sleeper = runs["tests/test_slow.py::test_sleeps"]  # it uses no CPU: its wall cap ends it
+    assert sleeper.outcome == "timeout" and "timed out at its wall cap of 3s" in sleeper.message
+    assert sleeper.cpu_s < 2 <= sleeper.duration_s
     broken = runs["tests/test_broken.py::test_never_runs"]
     assert broken.outcome == "error" and broken.message.startswith("import error: ")
     assert "pkg.does_not_exist" in broken.message
@@ -210,30 +236,68 @@ def test_tests_past_the_overall_budget_are_not_run(runtime):
     assert all("overall budget" in t.message for t in evidence.tests if t.outcome == "not_run")
 
 
-def test_a_slow_passing_test_is_cut_at_the_failing_phases_time_and_the_sample_goes_on(runtime):
-    tests = [*FAILING, "tests/test_slow.py::test_sleeps", *PASSING]
+def test_a_slow_passing_test_is_cut_at_the_failing_phases_cpu_and_the_sample_goes_on(runtime):
+    tests = [*FAILING, "tests/test_slow.py::test_spins", *PASSING]
     evidence = run_traced(runtime, tests, failing=FAILING, python=sys.executable)
     runs = {t.nodeid: t for t in evidence.tests}
     assert runs[FAILING[0]].outcome == "failed" and evidence.status == "finished"
-    sleeper = runs["tests/test_slow.py::test_sleeps"]  # cut at the failing phase's time, not its 60 s timeout
-    assert sleeper.outcome == "timeout" and "timed out after 60s" not in sleeper.message
+    spinner = runs["tests/test_slow.py::test_spins"]  # cut at the failing phase's CPU seconds, not its 60 s
+    assert spinner.outcome == "timeout" and "CPU s;" in spinner.message and spinner.cpu_s < 30
     assert [runs[t].outcome for t in PASSING] == ["passed"] * len(PASSING)  # one slow test takes not the whole share
     assert rank_lines(evidence)[0].failed == 1 and rank_lines(evidence)[0].passed == len(PASSING)
 
 
-def test_the_passing_tests_get_the_failing_phases_share_of_time_and_then_none(monkeypatch):
-    now = [1000.0]
-    monkeypatch.setattr(trace_runner.time, "time", lambda: now[0])
+def test_the_passing_tests_get_the_failing_phases_share_of_cpu_and_none_starts_without_half_a_typical_test(
+        monkeypatch):
+    cpu, wall = [0.0], [1000.0]
+    monkeypatch.setattr(trace_runner, "cpu_now", lambda: cpu[0])
+    monkeypatch.setattr(trace_runner.time, "time", lambda: wall[0])
     budget = trace_runner.Budget({"failing": ["t.py::f"], "passing_share": 1.0, "passing_floor_s": 10.0}, 1000.0)
-    now[0] = 1003.0
-    assert budget.limit("t.py::f") == 60.0  # a failing test: its own timeout
-    now[0] = 1030.0  # the failing phase took 30 s: the passing tests get 30 s, each at most 30 s
-    assert budget.limit("t.py::p1") == 30.0
-    now[0] = 1050.0
-    assert budget.limit("t.py::p2") == 10.0
-    now[0] = 1061.0
-    assert budget.limit("t.py::p3") <= 0 and "passing-test budget of 30.0s" in budget.why
-    assert trace_runner.Budget({"failing": None}, 1000.0).limit("t.py::p") == 60.0  # no failing named: no share
+    cpu[0], wall[0] = 3.0, 1003.0
+    assert budget.limit("t.py::f") == (60.0, 120.0)  # a failing test: its own CPU limit, a wall cap of twice it
+    cpu[0], wall[0] = 30.0, 1200.0  # 30 CPU s of failing phase, on a loaded machine: the wall does not count
+    assert budget.limit("t.py::p1") == (30.0, 120.0)  # each passing test at most the phase's CPU, 10x as wall
+    for _ in range(13):
+        budget.ran(2.0)  # 13 passing tests of 2 CPU s each (and 1 s between them)
+    cpu[0] = 57.0
+    assert budget.limit("t.py::p14") == (30.0, 120.0)  # 3 of 30 CPU s left, over half a typical test: it starts
+    budget.ran(2.2)  # and may use its own limit, not only what was left
+    cpu[0] = 59.2
+    assert budget.limit("t.py::p15") is None  # 0.8 CPU s left: under half the median test's 2 CPU s, not started
+    assert "passing-test budget of 30.0 CPU s spent" in budget.why and "0.80 CPU s left, under 0.5x the median 2.00" \
+        in budget.why
+    wall[0] = 1700.0
+    assert budget.limit("t.py::p5") is None and "overall budget of 600s (wall)" in budget.why
+    assert trace_runner.Budget({"failing": None}, 1700.0).limit("t.py::p").cpu_s == 60.0  # no failing: no share
+
+
+def _cpu_burners(n: int) -> list[subprocess.Popen]:
+    """`n` processes that keep a core busy each: a loaded machine."""
+    return [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(n)]
+
+
+def test_a_loaded_machine_traces_the_same_passing_tests_and_ranks_the_same_and_the_rest_are_not_run(runtime):
+    tests = [*FAILING, *WORK_IDS]  # 0.3 CPU s each, in a passing window of 1 CPU s: three fit, the fourth does not
+    limits = TraceLimits(passing_share=0.0, passing_floor_s=1.0)
+
+    def traced():
+        evidence = run_traced(runtime, tests, failing=FAILING, python=sys.executable, limits=limits)
+        spectrum = [(s.path, s.line, s.ef, s.ep, s.score) for s in rank_lines(evidence, include_tests=True)]
+        return evidence, [(t.nodeid, t.outcome) for t in evidence.tests], spectrum
+
+    quiet, quiet_outcomes, quiet_spectrum = traced()
+    burners = _cpu_burners(2)
+    try:
+        loaded, loaded_outcomes, loaded_spectrum = traced()
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert loaded_outcomes == quiet_outcomes and loaded_spectrum == quiet_spectrum
+    assert [outcome for _, outcome in quiet_outcomes] == ["failed"] + ["passed"] * 3 + ["not_run"] * 5
+    cut = [t for t in quiet.tests if t.outcome == "not_run"]  # never started with a sliver left: no timeout
+    assert "CPU s left, under 0.5x the median" in cut[0].message or "CPU s spent" in cut[0].message
+    assert all(t.cpu_s >= 0.3 for t in quiet.passing)
 
 
 def test_without_pytest_plain_test_functions_are_called_under_the_tracer(runtime, tmp_path):
