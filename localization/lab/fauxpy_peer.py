@@ -44,6 +44,7 @@ from pinpoint.environments.paths import cache_dir
 from pinpoint.localization.execution import TRACE_RUNNER, Sources, sample_passing
 from pinpoint.localization.lab import localize_bench as bench
 from pinpoint.localization.lab import ties
+from pinpoint.localization.lab.fusion_choice import AGENT_DEFAULT
 from pinpoint.localization.suspects import Suspect
 
 #: rows and the committed table
@@ -266,9 +267,9 @@ def peer_row(instance, budget_s: float = BUDGET_S) -> dict:
 
 
 # -- rows, scored as `bench localize` scores its signals -----------------------------------------------------------
-#: pinpoint's rankings shown beside FauxPy's: the spectrum alone, and the agent's fusions before and after the
-#: targeted signals (`fused_predicates` is the default since issue 25)
-PINPOINT_SIGNALS = ("spectrum", "fused", "fused_predicates")
+#: pinpoint's rankings shown beside FauxPy's: the spectrum alone, the fusion before the targeted signals, with
+#: predicate switching, and the agent's default (`fused_targeted`: MBFL at half weight and predicate switching)
+PINPOINT_SIGNALS = ("spectrum", "fused", "fused_predicates", AGENT_DEFAULT)
 METRICS = ("file@1", "file@5", "function@5", "line@1", "line@10")
 #: FauxPy as `bench localize --peer fauxpy`'s column: its rows in their committed cache
 PEER = bench.Peer("fauxpy", PEER_DIR / "rows", peer_row)
@@ -333,7 +334,7 @@ def cost_table(rows: Sequence[dict]) -> str:
     signals (as its cached row measured them), the failing tests' own run, the tests (failing that failed / given,
     passing that passed, the spectrum's passing), top line ties and line Hit@10~."""
     head = ("| row | FauxPy run s | FauxPy row s | spectrum + LDB s | MBFL + PS s | own run s | tests: F / P (spectrum's P) "
-            "| ties_line FauxPy / spectrum lines | line@10~ FauxPy / spectrum lines / fused_predicates |")
+            f"| ties_line FauxPy / spectrum lines | line@10~ FauxPy / spectrum lines / {AGENT_DEFAULT} |")
     lines = [head, "|---" * 9 + "|"]
     for r in rows:
         c, s = r["pinpoint_cost"], r["signals"]
@@ -343,7 +344,7 @@ def cost_table(rows: Sequence[dict]) -> str:
                      f"| {r['tests']['failed_targets']}/{r['tests']['failing']} / {r['tests']['passed']} ({r['spectrum_passed']}) "
                      f"| {s['fauxpy']['ties_line']} / {s['spectrum_lines']['ties_line']} "
                      f"| {s['fauxpy']['line@10~']:.2f} / {s['spectrum_lines']['line@10~']:.2f} / "
-                     f"{s['fused_predicates']['line@10~']:.2f} |")
+                     f"{s[AGENT_DEFAULT]['line@10~']:.2f} |")
     med = lambda xs: sorted(xs)[len(xs) // 2] if xs else 0.0  # noqa: E731
     within = sum(r["cost"]["fauxpy_seconds"] <= 3 * bench.own_run(r["pinpoint_cost"]) + 60 for r in rows)
     lines.append(f"\nFauxPy's run within 3x + 60 s of the failing tests' own run on {within}/{len(rows)} rows; "
