@@ -10,16 +10,17 @@ import re
 from typing import Any
 
 from pinpoint.agent import prompts
+from pinpoint.agent.config import Config
 from pinpoint.agent.context import AgentContext
 from pinpoint.agent.llm import LLMError
 from pinpoint.agent.search import Node, SearchResult, bester_search, flare_refine
 from pinpoint.agent.state import AgentState, last_failure, run_key, task_of, test_command_of
-from pinpoint.environments.runtime import RuntimeFailure
+from pinpoint.environments.runtime import Runtime, RuntimeFailure
 from pinpoint.localization.failing_tests import reproduction_tests
 from pinpoint.localization.fusion import fuse, fuse_localizers
 from pinpoint.localization.learned_fusion import LearnedFusion, line_records
 from pinpoint.localization.retrieval import is_test_path
-from pinpoint.localization.suspects import LocalizationRequest, Suspect
+from pinpoint.localization.suspects import LocalizationRequest, Localizer, Suspect
 from pinpoint.swebench_eval.metrics import edited_lines
 from pinpoint.swebench_eval.patches import PatchError, apply_patch
 from pinpoint.tools.base import numbered
@@ -114,11 +115,11 @@ def _run_reproduction(script: str, ctx: AgentContext) -> dict:
 
 def localize(state: AgentState, ctx: AgentContext) -> dict:
     """Fuse every localizer's suspects for the issue (and the last failing test's output); quote the top ones."""
-    sources = _execution_sources(ctx)
+    sources = execution_sources(ctx.localizers)
     _arm_reproduction(state, sources)
     request = LocalizationRequest(problem_statement=task_of(state).problem_statement,
                                   test_output=_failure_output(state, sources))
-    fused, per_signal = _fused_suspects(ctx, request)
+    fused, per_signal = fused_suspects(ctx.localizers, ctx.runtime, ctx.config, request)
     top = fused[: ctx.config.agent.show_suspects]
     message = prompts.suspects_message(top, {i: _snippet(ctx, s) for i, s in enumerate(top)}, request.test_output)
     message += prompts.trace_message(per_signal.get("ldb", [])[:TRACED_BLOCKS])
@@ -146,33 +147,36 @@ def _arm_reproduction(state: AgentState, sources: list) -> None:
                 source.tests = reproduction_tests(REPRODUCE_PATH)
 
 
-def _execution_sources(ctx: AgentContext) -> list:
+def execution_sources(localizers: list[Localizer]) -> list:
     """The traced failing tests behind the execution signals (`spectrum`, `ldb`), each once."""
-    found = {id(src): src for loc in ctx.localizers if (src := getattr(loc, "execution", None)) is not None}
+    found = {id(src): src for loc in localizers if (src := getattr(loc, "execution", None)) is not None}
     return list(found.values())
 
 
-def _fused_suspects(ctx: AgentContext, request: LocalizationRequest) -> tuple[list[Suspect], dict[str, list[Suspect]]]:
-    """Every signal's suspects and their fusion. Signals that read code (the diagnostic model) and found nothing
-    from the text alone get the source of the files the others point at, and the fusion is redone."""
-    _, per_signal = fuse_localizers(ctx.localizers, request)
-    fused = _fuse(ctx, per_signal)
-    waiting = [loc for loc in ctx.localizers if not per_signal.get(loc.name)]
+def fused_suspects(localizers: list[Localizer], runtime: Runtime, config: Config, request: LocalizationRequest
+                   ) -> tuple[list[Suspect], dict[str, list[Suspect]]]:
+    """Every signal's suspects and their fusion (`agent.fusion`), as the localize node and the RL env's oracle
+    suspects (rl/suspects.py) compute them. Signals that read code (the diagnostic model) and found nothing from
+    the text alone get the source of the files the others point at, and the fusion is redone."""
+    _, per_signal = fuse_localizers(localizers, request)
+    fused = _fuse(config, localizers, per_signal)
+    waiting = [loc for loc in localizers if not per_signal.get(loc.name)]
     paths = list(dict.fromkeys(s.path for s in fused if s.path.endswith(".py") and not is_test_path(s.path)))
     if waiting and paths:
-        request.files = {p: ctx.runtime.read_text(p) for p in paths[: ctx.config.agent.localize_files]}
+        request.files = {p: runtime.read_text(p) for p in paths[: config.agent.localize_files]}
         for loc in waiting:
             per_signal[loc.name] = list(loc.localize(request))
-        fused = _fuse(ctx, per_signal)
+        fused = _fuse(config, localizers, per_signal)
     return fused, per_signal
 
 
-def _fuse(ctx: AgentContext, per_signal: dict[str, list[Suspect]]) -> list[Suspect]:
+def _fuse(config: Config, localizers: list[Localizer], per_signal: dict[str, list[Suspect]]) -> list[Suspect]:
     """`agent.fusion`: reciprocal rank, or the learned ranker over the suspects and the traced tests' lines."""
     signals = {n: v for n, v in per_signal.items() if v}
-    if ctx.config.agent.fusion != "learned":
+    if config.agent.fusion != "learned":
         return fuse(signals)
-    return LearnedFusion().fuse(signals, [r for src in _execution_sources(ctx) for r in line_records(src.spectrum)])
+    records = [r for src in execution_sources(localizers) for r in line_records(src.spectrum)]
+    return LearnedFusion().fuse(signals, records)
 
 
 def _search_targets(ctx: AgentContext, per_signal: dict[str, list[Suspect]], fused: list[Suspect]) -> list[dict]:

@@ -34,6 +34,7 @@ from pinpoint.environments.runtime import BrokenFromInside, Runtime, RuntimeFail
 from pinpoint.rl.grading import Graded, grade_unit
 from pinpoint.rl.pool import PoolExhausted, RuntimeFactory, WarmPool
 from pinpoint.rl.rewards import PRECISE_LAMBDA, LocalizationProgress, RewardKind, precise_reward
+from pinpoint.rl.suspects import KEPT, Found, oracle_suspects, suspects_message
 from pinpoint.rl.tasks import RlTask, task_from
 from pinpoint.swebench_eval.metrics import edit_metrics, edited_lines
 from pinpoint.swebench_eval.sources import RepoSources
@@ -66,7 +67,20 @@ class EnvSettings:
     #: "Pooled grading"), or a fresh container per grading, as the harness
     grader: Literal["fresh", "pooled"] = "pooled"
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    #: `oracle`: the first observation lists the fused execution suspects pinpoint's agent computes in oracle mode
+    #: (the task's FAIL_TO_PASS tests traced with the test patch applied, the tree reset before the episode),
+    #: cached on disk per task, image and localization version (rl/suspects.py); `none`: the issue and the tree
+    suspects: Literal["none", "oracle"] = "none"
+    #: how many suspect lines the first observation lists (info["suspects"] holds as many)
+    suspects_top: int = 10
+    #: seconds the first computation of a task's suspects may take; past it the episode starts without them
+    suspects_timeout_s: float = 900.0
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.suspects_top <= KEPT or self.suspects_timeout_s <= 0:
+            raise UsageError(f"EnvSettings: suspects_top must be 1..{KEPT} and suspects_timeout_s > 0 "
+                             f"(got {self.suspects_top}, {self.suspects_timeout_s})")
 
 
 @dataclass
@@ -121,6 +135,8 @@ class RepairEnv(gymnasium.Env):
         self.pool = pool or WarmPool()
         self._sources = sources
         self._boxes: dict[str, Box] = {}
+        #: a task whose suspects failed in this env is not tried again at each reset (successes are cached on disk)
+        self._suspect_failures: dict[str, Found] = {}
         self._episode: Episode | None = None
 
     # -- gymnasium API ------------------------------------------------------------------------------------------
@@ -132,10 +148,11 @@ class RepairEnv(gymnasium.Env):
         task = task_from(options["task"])
         started = time.monotonic()
         box = self._box(task)
-        try:
-            runtime = self.pool.acquire(box.key, box.factory)
-        except (RuntimeFailure, PoolExhausted, OSError, ValueError) as exc:
-            raise InfraFailure(f"{task.task_id}: no container: {type(exc).__name__}: {exc}") from exc
+        runtime = self._acquire(task, box)
+        found = self._suspects(task, box, runtime) if self.settings.suspects == "oracle" else None
+        if found is not None and found.broken:  # the computation may have left its tests in that box
+            self.pool.release(runtime, broken=True)
+            runtime = self._acquire(task, box)
         tools = default_tools()
         self._episode = Episode(task, box, runtime, tools, LocalizationProgress(task.gold_patch), time.monotonic())
         try:
@@ -144,11 +161,19 @@ class RepairEnv(gymnasium.Env):
             self._end_lease(broken=True)
             raise InfraFailure(f"{task.task_id}: the container failed at start: {exc}") from exc
         user = prompts.task_message(task.problem_statement, tree, test_command=task.test_command)
+        shown = found.suspects[: self.settings.suspects_top] if found is not None else []
+        if shown:
+            user += "\n\n" + suspects_message(shown)
         schemas = openai_schemas(tools)
         system = f"{prompts.SYSTEM}\n\n{describe_tools_for_text_mode(schemas)}"
         info = {"task_id": task.task_id, "messages": [{"role": "system", "content": system},
                                                       {"role": "user", "content": user}],
-                "tools": schemas, "system_without_tools": prompts.SYSTEM, "env_s": time.monotonic() - started}
+                "tools": schemas, "system_without_tools": prompts.SYSTEM}
+        if found is not None:
+            info.update(suspects=shown, suspects_cached=found.cached, suspects_s=found.seconds)
+            if found.failure:
+                info["suspects_failure"] = found.failure
+        info["env_s"] = time.monotonic() - started
         return user, info
 
     def step(self, action: str | dict) -> tuple[str, float | None, bool, bool, dict]:
@@ -255,6 +280,22 @@ class RepairEnv(gymnasium.Env):
             runtime, episode.runtime = episode.runtime, None
             episode.done = True
             self.pool.release(runtime, broken=broken)
+
+    def _acquire(self, task: RlTask, box: Box) -> Runtime:
+        try:
+            return self.pool.acquire(box.key, box.factory)
+        except (RuntimeFailure, PoolExhausted, OSError, ValueError) as exc:
+            raise InfraFailure(f"{task.task_id}: no container: {type(exc).__name__}: {exc}") from exc
+
+    def _suspects(self, task: RlTask, box: Box, runtime: Runtime) -> Found:
+        """The task's oracle suspects: cached, else computed in `runtime` (rl.suspects); a failure is kept for
+        this env's later resets, without the box."""
+        if task.task_id in self._suspect_failures:
+            return dataclasses.replace(self._suspect_failures[task.task_id], broken=False, seconds=0.0)
+        found = oracle_suspects(task, box.image or "", runtime, self.settings.suspects_timeout_s)
+        if found.failure:
+            self._suspect_failures[task.task_id] = found
+        return found
 
     def _box(self, task: RlTask) -> Box:
         if task.task_id not in self._boxes:

@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 from pinpoint.agent import nodes
 from pinpoint.agent.config import load_config
-from pinpoint.agent.context import AgentContext
-from pinpoint.agent.llm import LLMClient
 from pinpoint.localization.lab import localize_bench as bench
 from pinpoint.localization.learned_fusion import (
     FEATURES,
@@ -138,8 +136,7 @@ def test_the_agent_fusion_option_selects_the_ranker(fusion, signal):
     cfg = load_config(**{"llm.base_url": "http://127.0.0.1:9", "llm.model": "fake", "agent.fusion": fusion})
     localizers = [_Fixed("retrieval", [Suspect("pkg/mod.py", 9, 20, 1.0, "retrieval")]),
                   _Fixed("lexical", [Suspect("pkg/mod.py", 1, 300, 3.0, "lexical")])]
-    ctx = AgentContext(runtime=None, llm=LLMClient(cfg.llm), config=cfg, localizers=localizers)
-    fused, per_signal = nodes._fused_suspects(ctx, LocalizationRequest(problem_statement="f is wrong"))
+    fused, per_signal = nodes.fused_suspects(localizers, None, cfg, LocalizationRequest(problem_statement="f is wrong"))
     assert fused[0].signal == signal and set(per_signal) == {"retrieval", "lexical"}
 
 
