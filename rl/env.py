@@ -11,7 +11,9 @@ agent's text action format (a ```json block or a bare `{"tool": ..., "arguments"
 observation says what is wrong and the step counts. The episode ends at `submit` (terminated) or at the step or time
 budget (truncated; the working tree's diff is graded as if submitted). The reward is 0.0 until the end, except for
 the dense `localization` kind (`rl.rewards`). The container is the one the grader uses (same image, CPUs,
-memory, no network), leased from a `WarmPool` and given back, reset, when the episode ends.
+memory, no network), leased from a `WarmPool` and given back, reset, when the episode ends. With
+`EnvSettings(suspects="oracle")` the first observation also lists the execution-grounded suspects pinpoint's agent
+computes in oracle mode (`rl.suspects`: computed once per task and cached, the box reset before the episode).
 
 An infrastructure failure (the box cannot be built or started, the container dies, grading fails) ends the episode
 with reward `None` and `info["infra_failure"]` saying why; at `reset()` it raises `InfraFailure`. The next `reset()`

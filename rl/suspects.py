@@ -8,8 +8,8 @@ fused list is read as lines the way `bench localize` scores it (`localization.fu
 (the test patch's included) are left out, so the policy learns nothing of the tests.
 
 The lines are cached on disk per (task, instance image, localization version, agent settings): the version is a
-hash of the code that computes them (localization/*.py and the agent modules above), so a changed tracer or fusion
-recomputes and an unchanged one never runs the tests twice for a task, whichever process asks.
+hash of the code that computes them (localization/*.py, the agent modules above and this one), so a changed tracer
+or fusion recomputes and an unchanged one never runs the tests twice for a task, whichever process asks.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ CACHE_FORMAT = 1
 
 @dataclass(frozen=True)
 class LineSuspect:
-    """One suspicious line: its fused score, the signals whose suspects hold it, and the function around it."""
+    """One suspicious line: its fused score, the signals whose line or function suspects hold it (not the whole-file
+    rankings), and the function around it."""
 
     path: str
     line: int
@@ -79,11 +80,13 @@ class Found:
 
 @functools.cache
 def localization_version() -> str:
-    """A hash of the code behind the suspects: every localization module and the agent's oracle and fusion code."""
+    """A hash of the code behind the suspects: every localization module, the agent's oracle and fusion code, and
+    this module (how the lines are read from the fused list)."""
     from pinpoint.agent import nodes, runner, solve
     from pinpoint.localization import fusion
 
     files = sorted(Path(fusion.__file__).parent.glob("*.py")) + [Path(m.__file__) for m in (nodes, runner, solve)]
+    files.append(Path(__file__))
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -118,13 +121,16 @@ def compute(task: RlTask, runtime: Runtime, config: Config) -> list[LineSuspect]
     fused, per_signal = fused_suspects(localizers, runtime, config, request)
     hidden = {d.path for d in PatchSet(task.instance.test_patch)}
     kept = [s for s in fused if not is_test_path(s.path) and s.path not in hidden]
+    file_level = {loc.name for loc in localizers if getattr(loc, "file_level", False)}
+    spans = {n: v for n, v in per_signal.items() if n not in file_level}
     functions = _Functions(runtime)
-    return [LineSuspect(path, line, round(span.score, 6), _signals(per_signal, path, line), functions.at(path, line))
+    return [LineSuspect(path, line, round(span.score, 6), _signals(spans, path, line), functions.at(path, line))
             for path, line, span in top_lines(kept, LINE_K, limit=KEPT)]
 
 
 def _signals(per_signal: dict[str, list[Suspect]], path: str, line: int) -> tuple[str, ...]:
-    """The signals with a suspect holding `path:line`, in the order the localizers ran."""
+    """The signals with a suspect holding `path:line`, in the order the localizers ran (whole-file rankings, BM25
+    and lexical, are left out by the caller: they hold every line of their files)."""
     return tuple(name for name, found in per_signal.items()
                  if any(s.path == path and s.start_line <= line <= s.end_line for s in found))
 
@@ -176,8 +182,11 @@ def oracle_suspects(task: RlTask, image: str, runtime: Runtime, timeout_s: float
                      failure=f"suspects: not computed within {timeout_s:g} s; the episode goes on without them")
     if "error" in outcome:
         return Found(seconds=seconds, broken=True, failure=f"suspects: the computation failed: {outcome['error']}")
-    write_json_atomic(path, {"task": task.task_id, "image": image, "version": localization_version(),
-                             "seconds": round(seconds, 1), "suspects": [s.to_json() for s in outcome["suspects"]]})
+    try:
+        write_json_atomic(path, {"task": task.task_id, "image": image, "version": localization_version(),
+                                 "seconds": round(seconds, 1), "suspects": [s.to_json() for s in outcome["suspects"]]})
+    except OSError as exc:  # the lines are good; only the next reset pays for them again
+        return Found(outcome["suspects"], seconds=seconds, failure=f"suspects: not cached: {exc}")
     return Found(outcome["suspects"], seconds=seconds)
 
 
