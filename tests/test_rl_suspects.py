@@ -57,10 +57,11 @@ def _cache_file(env: RepairEnv, task: RlTask):
 
 
 def _tree_state(env: RepairEnv) -> tuple[str, str]:
-    """`git status` of the episode's box and how often the test file names the row's failing test."""
+    """`git status` of the episode's box (ignored files too, but the install's egg-info) and the files that name
+    the row's failing test (the test patch adds it), in the tree or /tmp."""
     runtime = env._episode.runtime
-    status = runtime.run("git status --porcelain").output.strip()
-    named = runtime.run("grep -c test_no_content_length test_requests.py || true").output.strip()
+    status = runtime.run("git status --porcelain --ignored | grep -v egg-info || true").output.strip()
+    named = runtime.run("grep -rl test_no_content_length . /tmp --exclude-dir=.git || true").output.strip()
     return status, named
 
 
@@ -70,7 +71,7 @@ def test_a_computation_past_its_time_is_one_line_and_the_episode_starts_clean(re
         _cache_file(env, requests_task).unlink(missing_ok=True)
         obs, info = env.reset(options={"task": requests_task})
         assert info["suspects"] == [] and "not computed within 0.05 s" in info["suspects_failure"]
-        assert "Suspicious lines" not in obs and _tree_state(env) == ("", "0")  # a fresh box, not the one cut off
+        assert "Suspicious lines" not in obs and _tree_state(env) == ("", "")  # a fresh box, not the one cut off
         assert not _cache_file(env, requests_task).exists()
         _, info = env.reset(options={"task": requests_task})  # this env does not try again at every reset
         assert "not computed" in info["suspects_failure"] and info["suspects_s"] == 0.0
@@ -90,7 +91,7 @@ def test_oracle_suspects_name_the_gold_file_from_a_clean_tree_and_the_second_res
         assert any(s.function and "prepare" in s.function for s in shown)
         assert f"1. {shown[0].path}:{shown[0].line}" in obs and info["messages"][1]["content"] == obs
         assert "test_no_content_length" not in obs and not any("test" in s.path for s in shown)
-        assert _tree_state(env) == ("", "0")  # neither the test patch nor a mutant is left for the policy
+        assert _tree_state(env) == ("", "")  # neither the test patch nor a mutant is left for the policy
         assert cached.exists()
         written = cached.stat().st_mtime_ns
         env.end_episode()
@@ -98,7 +99,7 @@ def test_oracle_suspects_name_the_gold_file_from_a_clean_tree_and_the_second_res
         monkeypatch.setattr(rl_suspects, "compute", lambda *a: pytest.fail("computed again despite the cache"))
         obs, info = env.reset(options={"task": requests_task})
         assert info["suspects_cached"] is True and info["suspects"] == shown and "suspects_failure" not in info
-        assert cached.stat().st_mtime_ns == written and _tree_state(env) == ("", "0")
+        assert cached.stat().st_mtime_ns == written and _tree_state(env) == ("", "")
 
 
 @pytest.mark.docker
