@@ -216,45 +216,74 @@ class FusionModel:
         return model
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """Every training row's candidates stacked once (rows contiguous, each from `starts`), so one gradient step is
+    a few array operations over all rows instead of a Python loop over them."""
+
+    x: np.ndarray
+    gold: np.ndarray
+    starts: np.ndarray
+    row: np.ndarray
+
+    @classmethod
+    def of(cls, groups: Sequence[tuple[np.ndarray, np.ndarray]]) -> _Batch:
+        sizes = np.array([len(y) for _, y in groups])
+        return cls(np.vstack([x for x, _ in groups]), np.concatenate([y for _, y in groups]) > 0,
+                   np.concatenate([[0], np.cumsum(sizes)[:-1]]), np.repeat(np.arange(len(groups)), sizes))
+
+    def _softmax(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the softmax of `s` over its candidates, and its logsumexp (`-inf` entries weigh nothing)."""
+        top = np.maximum.reduceat(s, self.starts)
+        e = np.exp(s - top[self.row])
+        total = np.add.reduceat(e, self.starts)
+        return e / total[self.row], top + np.log(total)
+
+    def loss(self, w: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
+        s = self.x @ w
+        p, log_all = self._softmax(s)
+        q, log_gold = self._softmax(np.where(self.gold, s, -np.inf))  # q: the softmax over the gold lines alone
+        rows = len(self.starts)
+        # log P(gold) = logsumexp(s over gold) - logsumexp(s), in log space: a far-behind gold line underflows p
+        loss = 0.5 * l2 * float(w @ w) - float((log_gold - log_all).sum()) / rows
+        return loss, l2 * w + self.x.T @ (p - q) / rows
+
+
 def _listwise_loss(w: np.ndarray, groups: Sequence[tuple[np.ndarray, np.ndarray]], l2: float
                    ) -> tuple[float, np.ndarray]:
     """Mean over rows of -log P(a gold line | the row), P a softmax of the scores over the row's candidates, plus
-    `l2` |w|^2 / 2; and its gradient."""
-    loss, grad = 0.5 * l2 * float(w @ w), l2 * w
-    for x, y in groups:
-        s = x @ w
-        p, q = _softmax(s), _softmax(np.where(y > 0, s, -np.inf))  # q: the softmax over the gold lines alone
-        # log P(gold) = logsumexp(s over gold) - logsumexp(s), in log space: a far-behind gold line underflows p
-        loss -= (_logsumexp(s[y > 0]) - _logsumexp(s)) / len(groups)
-        grad = grad + x.T @ (p - q) / len(groups)
-    return loss, grad
+    `l2` |w|^2 / 2; and its gradient (every row must hold a gold line)."""
+    return _Batch.of(groups).loss(w, l2)
 
 
-def _logsumexp(s: np.ndarray) -> float:
-    top = float(s.max())
-    return top + math.log(float(np.exp(s - top).sum()))
-
-
-def _softmax(s: np.ndarray) -> np.ndarray:
-    e = np.exp(s - s.max())
-    return e / e.sum()
-
-
-def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], l2: float = 0.1, steps: int = 1500,
+def train(groups: Sequence[tuple[np.ndarray, np.ndarray]], l2: float = 0.1, max_evaluations: int = 500,
           trained_on: str = "") -> FusionModel:
     """Fit a listwise ranker on (features, labels) per row: each row is one choice among its candidates (a
     conditional logit), so rows with hundreds of candidates weigh as much as rows with few, and only the order
-    within a row is learned. Rows without a gold candidate say nothing about order and are left out."""
+    within a row is learned. Rows without a gold candidate say nothing about order and are left out. Minimized by
+    L-BFGS with a strong-Wolfe line search (torch's): plain gradient descent at a fixed step diverged on the dev
+    rows and the mutant corpus (the loss rose from 5.5 to 7-14 and from 6.3 to 30-60 over 1,500 steps)."""
+    import torch
+
     kept = [(x, y) for x, y in groups if 0 < y.sum() < len(y)]
     if not kept:
         raise ValueError("no training row has a gold line among its candidates")
     stacked = np.vstack([x for x, _ in kept])
     mean, scale = stacked.mean(axis=0), stacked.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
-    standard = [((x - mean) / scale, y) for x, y in kept]
-    w = np.zeros(stacked.shape[1])
-    for _ in range(steps):  # convex and smooth on standardized features: plain gradient descent converges
-        w -= 0.5 * _listwise_loss(w, standard, l2)[1]
+    batch = _Batch.of([((x - mean) / scale, y) for x, y in kept])
+    weights = torch.zeros(stacked.shape[1], dtype=torch.float64, requires_grad=True)
+    search = torch.optim.LBFGS([weights], lr=1.0, max_iter=max_evaluations, max_eval=max_evaluations,
+                               tolerance_grad=1e-9, tolerance_change=1e-12, history_size=20,
+                               line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        loss, grad = batch.loss(weights.detach().numpy(), l2)
+        weights.grad = torch.from_numpy(grad)
+        return torch.tensor(loss, dtype=torch.float64)
+
+    search.step(closure)
+    w = weights.detach().numpy()
     return FusionModel(FEATURES, tuple(mean.tolist()), tuple(scale.tolist()), tuple(w.tolist()), 0.0, trained_on)
 
 
