@@ -19,6 +19,7 @@ where it stopped and the kept share is counted over everything screened.
 from __future__ import annotations
 
 import random
+import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -113,12 +114,24 @@ def test_files(runtime) -> list[str]:
     return [p for p in names if suite is None or p.startswith(f"{suite}/")]
 
 
+def runnable_ids(runtime, files: Sequence[str]) -> list[str]:
+    """The ids the trace runner can run in this box: the files themselves where pytest is installed, else each
+    file's top-level `def test_*` as `file::name` (without pytest, sympy's box, only plain function ids run)."""
+    if not files or runtime.run("python -c 'import pytest'", timeout=60).ok:
+        return list(files)
+    found = runtime.run("git grep -E -o '^def test_[A-Za-z0-9_]+' -- " + " ".join(shlex.quote(f) for f in files),
+                        timeout=120).output.splitlines()
+    return [f"{path}::{match.removeprefix('def ')}" for path, _, match in (line.partition(":") for line in found)
+            if match.startswith("def test_")]
+
+
 def baseline(runtime, files: Sequence[str], config: CorpusConfig, cache: Path) -> ExecutionEvidence:
-    """The test files traced once on the unmutated code, in a seeded order (a budget that runs out still spans
-    the suite); cached as the passing tests' coverage, since nothing else of it is used."""
+    """The test files (their test functions where the box has no pytest) traced once on the unmutated code, in a
+    seeded order (a budget that runs out still spans the suite); cached as the passing tests' coverage, since
+    nothing else of it is used."""
     cached = read_row(cache)
     if cached is None:
-        order = sorted(files)
+        order = sorted(runnable_ids(runtime, files))
         random.Random(config.seed).shuffle(order)
         evidence = run_traced(runtime, order, failing=[], budget_s=config.baseline_budget_s, per_test_timeout=20.0)
         cached = {"tests": [{"nodeid": t.nodeid, "duration_s": t.duration_s,
