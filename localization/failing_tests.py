@@ -246,8 +246,8 @@ class ExecutionSignals:
         for name, evidence in (("spectrum", self.spectrum), ("traces", self.traces)):
             if evidence is not None:
                 record[name] = {"summary": evidence.summary(), "status": evidence.status, "error": evidence.error,
-                                "tests": [{"nodeid": t.nodeid, "outcome": t.outcome, "message": t.message[-300:]}
-                                          for t in evidence.tests[:60]]}
+                                "tests": [{"nodeid": t.nodeid, "outcome": t.outcome, "message": t.message[-300:],
+                                           "seconds": t.duration_s, "cpu_s": t.cpu_s} for t in evidence.tests[:60]]}
         targeted = {"mbfl": self.mutation, "predicates": self.switches}
         for name, runs in targeted.items():
             if runs is not None:

@@ -7,8 +7,9 @@ failure reporting stay out of the spectrum; assertion rewriting is off), and rec
 repository lines it ran, the deepest repository frames of its failure and, for the target functions the input names
 by their basic blocks, the local variables after each executed block (LDB). Results go to the JSON-lines file the
 input names (outside the repository), one line per event as it happens, so a crash or a kill leaves every finished
-test on disk. A per-test alarm and an overall budget bound the run; tests past the budget are reported `not_run`.
-Where the environment has no pytest (sympy's), plain `file::function` ids are imported and called instead.
+test on disk. Per-test limits (CPU seconds by SIGPROF, with a wall cap) and budgets in CPU seconds of this process
+bound the run, under an overall wall budget (a busy machine traces the same tests); tests past a budget are reported
+`not_run`, saying why. Where the environment has no pytest (sympy's), plain `file::function` ids are imported and called instead.
 """
 
 from __future__ import annotations

@@ -100,6 +100,7 @@ def test_a_failing_reproduction_feeds_localization_and_stays_out_of_the_patch(de
     assert execution["source"] == "reproduce"
     outcomes = {t["nodeid"]: t["outcome"] for t in execution["spectrum"]["tests"]}
     assert outcomes[f"script::{REPRODUCE_PATH}"] == "failed"
+    assert all(t["cpu_s"] >= 0 and t["seconds"] > 0 for t in execution["spectrum"]["tests"])  # what each cost
     top = localize["signals"]["spectrum"][0]
     assert (top["path"], top["start_line"]) == (demo.buggy_path, demo.buggy_lines[0])
     assert result.status == "submitted" and "reproduce" not in result.patch and tree == result.patch
