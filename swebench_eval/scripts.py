@@ -99,12 +99,12 @@ def dry_run_install(spec: dict[str, Any]) -> str | None:
     return f"{install} --dry-run -q --report {DEPS_REPORT}"
 
 
-def _dry_run_steps(spec: dict[str, Any], dry_run: str) -> list[str]:
-    """Dry-run the spec's install, after its pre_install, in a scratch copy of /testbed (the layer keeps the tree
-    as the step found it)."""
+def _dry_run_steps(dry_run: str, pre_install: list[str]) -> list[str]:
+    """Dry-run the spec's install, after `pre_install`, in a scratch copy of /testbed (the layer keeps the tree as
+    the step found it)."""
     return [
         f"rm -rf {DEPS_SCRATCH} && cp -a {TESTBED} {DEPS_SCRATCH} && cd {DEPS_SCRATCH}",
-        *spec.get("pre_install", []),
+        *pre_install,
         _install_step(dry_run),
         f"cd {TESTBED} && rm -rf {DEPS_SCRATCH}",
     ]
@@ -129,7 +129,7 @@ def reference_script(spec: dict[str, Any] | None = None) -> str:
         f"mkdir -p {SHARED_DEPS}",
         _heredoc(DEPS_TOOL, _DEPS_BOX.read_text()),
         f"python {DEPS_TOOL} snapshot {env}",
-        "if ! (", *_dry_run_steps(spec, dry_run), "); then",
+        "if ! (", *_dry_run_steps(dry_run, spec.get("pre_install", [])), "); then",
         f"  echo '{{\"install\": []}}' > {DEPS_REPORT}; echo 'pinpoint: the dry run failed: no dependency shared'",
         "fi",
         f"cd {TESTBED}",
@@ -158,7 +158,7 @@ def instance_deps_steps(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
         _heredoc(DEPS_TOOL, _DEPS_BOX.read_text()),
         f"if [ -s {pins} ]; then",
         f"mkdir -p {hidden} && python {DEPS_TOOL} hide {pins} {hidden}",
-        *_dry_run_steps(spec, dry_run),
+        *_dry_run_steps(dry_run, []),  # the tree has had its pre_install (not idempotent: sphinx's sed pins)
         f"python {DEPS_TOOL} unhide {hidden}",
         f"python {DEPS_TOOL} drop {pins} {DEPS_REPORT} {drop}",
         f"if [ -s {drop} ]; then python -m pip uninstall -y -r {drop}; fi",
