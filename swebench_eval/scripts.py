@@ -90,6 +90,13 @@ DEPS_REPORT = "/tmp/pinpoint-deps-report.json"
 _DEPS_BOX = Path(__file__).with_name("deps_box.py")
 
 
+def apt_cache_cut(spec: dict[str, Any]) -> list[str]:
+    """A pre_install that runs apt-get (sphinx 7.2+: graphviz) regenerates apt's binary caches, 69 MB that every
+    apt command rebuilds when missing: with the package in the shared reference, they were most of the row's layer."""
+    runs_apt = any("apt-get" in line for line in spec.get("pre_install", []))
+    return ["rm -f /var/cache/apt/pkgcache.bin /var/cache/apt/srcpkgcache.bin"] if runs_apt else []
+
+
 def dry_run_install(spec: dict[str, Any]) -> str | None:
     """The spec's install as a pip dry run that writes its resolution to DEPS_REPORT; None when the install is not
     one plain pip command (`python setup.py install`, a chain), whose dependencies then stay in the instance layer."""
@@ -138,6 +145,7 @@ def reference_script(spec: dict[str, Any] | None = None) -> str:
         f"if [ -s {pins} ]; then python -m pip install --no-deps -r {pins}; fi",
         f"python {DEPS_TOOL} unrequest {pins}",
         *DROP_BYTECODE,
+        *apt_cache_cut(spec),
         f"rm -rf {DEPS_TOOL} {DEPS_REPORT} {DEPS_SCRATCH}",
         f"cat {pins}",
     ]
@@ -167,6 +175,7 @@ def instance_deps_steps(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
     after = [
         f"if [ -s {pins} ]; then python {DEPS_TOOL} check {env} {DEPS_REPORT}; fi",
         f"rm -rf {SHARED_DEPS} {DEPS_TOOL} {DEPS_REPORT} {drop}",
+        *apt_cache_cut(spec),
     ]
     return before, after
 
