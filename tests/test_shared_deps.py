@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from pinpoint.swebench_eval import deps_box
-from pinpoint.swebench_eval.scripts import dry_run_install
+from pinpoint.swebench_eval.scripts import dry_run_install, reference_script
 
 BOX = Path(deps_box.__file__)
 
@@ -94,6 +94,14 @@ def test_only_a_plain_pip_install_is_dry_run():
     assert dry_run_install({"install": "python setup.py install"}) is None
     assert dry_run_install({"install": "python -m pip install -e . && make"}) is None
     assert dry_run_install({}) is None
+
+
+def test_the_layer_is_plain_without_a_shared_install_and_drops_apts_caches_after_apt_get():
+    assert reference_script(None) == reference_script({"install": "python setup.py install"})  # the tags of before
+    sphinx_72 = {"install": "python -m pip install -e .[test]",
+                 "pre_install": ["apt-get update && apt-get install -y graphviz"]}
+    assert "/var/cache/apt/pkgcache.bin" in reference_script(sphinx_72)
+    assert "/var/cache/apt/" not in reference_script({"install": "python -m pip install -e .[test]"})
 
 
 #: prints, per distribution the box's Python sees: name, version, RECORD's hash and the RECORD paths whose file is
