@@ -64,12 +64,15 @@ class ImagePlan:
     env_script: str
     reference: Reference
     reference_tag: str
+    reference_script: str
     instance_tag: str
     instance_script: str
 
 
-def plan_images(instance: Instance, sources: RepoSources | None = None, specs_path: str | None = None) -> ImagePlan:
-    """Resolve the layer tags of `instance` (this builds the base image if missing: its tag names the parent)."""
+def plan_images(instance: Instance, sources: RepoSources | None = None, specs_path: str | None = None,
+                shared_deps: bool = True) -> ImagePlan:
+    """Resolve the layer tags of `instance` (this builds the base image if missing: its tag names the parent).
+    `shared_deps=False`: the layering before the reference held dependencies (same tags as then), to compare."""
     sources = sources or RepoSources()
     spec = spec_for(instance, specs_path)
     requested = str(spec["python"])
@@ -82,13 +85,15 @@ def plan_images(instance: Instance, sources: RepoSources | None = None, specs_pa
     env_tag = f"{ENV_REPO}:{_safe(instance.owner_name)}-{_digest(base, env_text)}"
     reference = choose_reference(sources, instance.repo, instance.base_commit)
     # the members name the shared objects, the commit the work tree: together the layer's whole content
+    # the script names the spec's pre_install and install (the shared dependencies), so rows share it when they agree
+    ref_text = reference_script(spec if shared_deps else None)
     ref_tag = (f"{REFERENCE_REPO}:{_safe(instance.owner_name)}-{reference.commit[:8]}-"
-               f"{_digest(env_tag, reference_script(), reference.commit, reference.members)}")
-    inst_text = instance_script(instance, spec)
+               f"{_digest(env_tag, ref_text, reference.commit, reference.members)}")
+    inst_text = instance_script(instance, spec, shared_deps)
     inst_tag = (f"{INSTANCE_REPO}:{_safe(instance.instance_id)}-"
                 f"{_digest(ref_tag, inst_text, instance.repo, instance.base_commit)}")
-    return ImagePlan(instance.instance_id, requested, used, base, env_tag, env_text, reference, ref_tag, inst_tag,
-                     inst_text)
+    return ImagePlan(instance.instance_id, requested, used, base, env_tag, env_text, reference, ref_tag, ref_text,
+                     inst_tag, inst_text)
 
 
 def _labels(kind: str, instance: Instance, reference_commit: str = "") -> dict[str, str]:
@@ -127,11 +132,11 @@ class BuildRecord:
 
 
 def build_instance_image(instance: Instance, sources: RepoSources | None = None,
-                         specs_path: str | None = None) -> BuildRecord:
+                         specs_path: str | None = None, shared_deps: bool = True) -> BuildRecord:
     """Build (or reuse, or pull) the env, reference and instance layers of `instance`; raises environments'
     BuildError on failure."""
     sources = sources or RepoSources()
-    plan = plan_images(instance, sources, specs_path)
+    plan = plan_images(instance, sources, specs_path, shared_deps)
     record = BuildRecord(plan)
 
     def build_env() -> None:
@@ -144,7 +149,8 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="pinpoint-ref-") as workdir:
             tree = write_reference_tree(sources, plan.reference, Path(workdir) / "testbed")
-            commit_build_step(plan.env_tag, reference_script(), plan.reference_tag, network=False,
+            # network: pip fetches the shared dependencies (as of PACKAGES_PRIOR_TO, like every install)
+            commit_build_step(plan.env_tag, plan.reference_script, plan.reference_tag, network=True,
                               copy_in={str(tree): TESTBED}, timeout=INSTANCE_BUILD_TIMEOUT,
                               labels=_labels("reference", instance, plan.reference.commit))
         record.reference_seconds = time.monotonic() - start

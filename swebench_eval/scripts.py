@@ -9,7 +9,9 @@ because the offline checkouts carry no tags.
 
 from __future__ import annotations
 
+import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 from pinpoint.swebench_eval.datasets import Instance
@@ -43,13 +45,17 @@ LAYER_MARK = "/tmp/pinpoint-layer-start"
 #: .git and the install (docs/harness.md, "Instance layer"). Bytecode the step compiled comes back on first import
 #: (and from the eval script's reinstall); a pure-Python `build/` (no compiled objects in build/temp*) comes back
 #: from that reinstall; git's sample hooks never run. Compiled extension trees stay: the offline reinstall reuses them.
-SLIM_STEPS = [
-    "rm -f .git/hooks/*.sample",
-    "if [ -d build ] && [ -z \"$(git ls-files build)\" ] && ! compgen -G 'build/temp*' >/dev/null; then rm -rf build; fi",
+#: drop the bytecode pip compiled since LAYER_MARK (a fresh install's RECORD lists it, the layer need not hold it)
+DROP_BYTECODE = [
     'SITE=$(python -c "import site; print(\' \'.join(site.getsitepackages()))")',
     f"find {TESTBED} $SITE -xdev -name '*.pyc' -newer {LAYER_MARK} -delete 2>/dev/null || true",
     f"find {TESTBED} $SITE -xdev -type d -name __pycache__ -empty -delete 2>/dev/null || true",
     f"rm -f {LAYER_MARK}",
+]
+SLIM_STEPS = [
+    "rm -f .git/hooks/*.sample",
+    "if [ -d build ] && [ -z \"$(git ls-files build)\" ] && ! compgen -G 'build/temp*' >/dev/null; then rm -rf build; fi",
+    *DROP_BYTECODE,
 ]
 
 
@@ -75,9 +81,103 @@ def checkout_steps(commit: str) -> list[str]:
     ]
 
 
-def reference_script() -> str:
-    """The reference layer's step: the tree and .git are copied in; the step only proves git can read them."""
-    return f"#!/bin/bash\nset -euxo pipefail\ngit -C {TESTBED} count-objects -v\n"
+#: what the reference step leaves for the instance step (deps_box's env snapshot and pins); that step deletes it
+SHARED_DEPS = "/var/lib/pinpoint-shared-deps"
+DEPS_TOOL = "/tmp/pinpoint-deps.py"
+#: a copy of /testbed where a dry run may build metadata without touching the tree the layer keeps
+DEPS_SCRATCH = "/tmp/pinpoint-deps-tree"
+DEPS_REPORT = "/tmp/pinpoint-deps-report.json"
+_DEPS_BOX = Path(__file__).with_name("deps_box.py")
+
+
+def apt_cache_cut(spec: dict[str, Any]) -> list[str]:
+    """A pre_install that runs apt-get (sphinx 7.2+: graphviz) regenerates apt's binary caches, 69 MB that every
+    apt command rebuilds when missing: with the package in the shared reference, they were most of the row's layer."""
+    runs_apt = any("apt-get" in line for line in spec.get("pre_install", []))
+    return ["rm -f /var/cache/apt/pkgcache.bin /var/cache/apt/srcpkgcache.bin"] if runs_apt else []
+
+
+def dry_run_install(spec: dict[str, Any]) -> str | None:
+    """The spec's install as a pip dry run that writes its resolution to DEPS_REPORT; None when the install is not
+    one plain pip command (`python setup.py install`, a chain), whose dependencies then stay in the instance layer."""
+    install = spec.get("install", "")
+    if not re.fullmatch(r"python -m pip install [^;&|<>`$()]+", install):
+        return None
+    return f"{install} --dry-run -q --report {DEPS_REPORT}"
+
+
+def _dry_run_steps(dry_run: str, pre_install: list[str]) -> list[str]:
+    """Dry-run the spec's install, after `pre_install`, in a scratch copy of /testbed (the layer keeps the tree as
+    the step found it)."""
+    return [
+        f"rm -rf {DEPS_SCRATCH} && cp -a {TESTBED} {DEPS_SCRATCH} && cd {DEPS_SCRATCH}",
+        *pre_install,
+        _install_step(dry_run),
+        f"cd {TESTBED} && rm -rf {DEPS_SCRATCH}",
+    ]
+
+
+def reference_script(spec: dict[str, Any] | None = None) -> str:
+    """The reference layer's step: the tree and .git are copied in and git must read them. With `spec` (and a
+    plain pip install) it also installs the dependencies that install resolves for the reference commit and the
+    env lacks, as exact pins without a resolution of their own, so they lie in this shared layer (deps_box; the
+    instance step proves its install still ends as a fresh one). A dry run that fails shares nothing."""
+    lines = ["#!/bin/bash", "set -euxo pipefail", f"git -C {TESTBED} count-objects -v"]
+    dry_run = None if spec is None else dry_run_install(spec)
+    if spec is None or dry_run is None:
+        return "\n".join(lines) + "\n"
+    pins, env = f"{SHARED_DEPS}/shared.txt", f"{SHARED_DEPS}/env.json"
+    lines += [
+        "export PIP_NO_CACHE_DIR=1",
+        # the project's own version: the offline checkout has no tags, and no dependency depends on it
+        "export SETUPTOOLS_SCM_PRETEND_VERSION=0",
+        f"export PIP_UPLOADED_PRIOR_TO={PACKAGES_PRIOR_TO}",
+        "export PIP_CONFIG_SETTINGS=editable_mode=compat",
+        f"mkdir -p {SHARED_DEPS}",
+        _heredoc(DEPS_TOOL, _DEPS_BOX.read_text()),
+        f"python {DEPS_TOOL} snapshot {env}",
+        "if ! (", *_dry_run_steps(dry_run, spec.get("pre_install", [])), "); then",
+        f"  echo '{{\"install\": []}}' > {DEPS_REPORT}; echo 'pinpoint: the dry run failed: no dependency shared'",
+        "fi",
+        f"cd {TESTBED}",
+        f"python {DEPS_TOOL} shared {DEPS_REPORT} {env} {pins}",
+        f"touch {LAYER_MARK}",
+        f"if [ -s {pins} ]; then python -m pip install --no-deps -r {pins}; fi",
+        f"python {DEPS_TOOL} unrequest {pins}",
+        *DROP_BYTECODE,
+        *apt_cache_cut(spec),
+        f"rm -rf {DEPS_TOOL} {DEPS_REPORT} {DEPS_SCRATCH}",
+        f"cat {pins}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def instance_deps_steps(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The instance step's part of sharing (before and after the spec's install), or nothing when its reference
+    shares no dependency: hide the shared distributions, dry-run the install over the env alone (the fresh
+    resolution), put them back, uninstall those it does not pick at that version; after the install, fail unless the
+    installed set is the env's updated by that resolution."""
+    dry_run = dry_run_install(spec)
+    if dry_run is None:
+        return [], []
+    pins, env, hidden, drop = (f"{SHARED_DEPS}/shared.txt", f"{SHARED_DEPS}/env.json", "/tmp/pinpoint-deps-hidden",
+                               "/tmp/pinpoint-deps-drop.txt")
+    before = [
+        _heredoc(DEPS_TOOL, _DEPS_BOX.read_text()),
+        f"if [ -s {pins} ]; then",
+        f"mkdir -p {hidden} && python {DEPS_TOOL} hide {pins} {hidden}",
+        *_dry_run_steps(dry_run, []),  # the tree has had its pre_install (not idempotent: sphinx's sed pins)
+        f"python {DEPS_TOOL} unhide {hidden}",
+        f"python {DEPS_TOOL} drop {pins} {DEPS_REPORT} {drop}",
+        f"if [ -s {drop} ]; then python -m pip uninstall -y -r {drop}; fi",
+        "fi",
+    ]
+    after = [
+        f"if [ -s {pins} ]; then python {DEPS_TOOL} check {env} {DEPS_REPORT}; fi",
+        f"rm -rf {SHARED_DEPS} {DEPS_TOOL} {DEPS_REPORT} {drop}",
+        *apt_cache_cut(spec),
+    ]
+    return before, after
 
 
 def _heredoc(path: str, body: str) -> str:
@@ -133,9 +233,11 @@ def _install_step(install: str) -> str:
     return f"if ! {{ {install}; }} 2>&1 | tee {log}; then\n  grep -q build_editable {log} || exit 1\n  {retry}\nfi"
 
 
-def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
+def instance_script(instance: Instance, spec: dict[str, Any], shared_deps: bool = False) -> str:
     """Check out the base commit over the reference layer's /testbed and install it (official
-    make_repo_script_list_py, minus the clone: the commit is fetched from a copy of the offline archive)."""
+    make_repo_script_list_py, minus the clone: the commit is fetched from a copy of the offline archive).
+    `shared_deps`: the reference layer was built by `reference_script(spec)` (instance_deps_steps)."""
+    before, after = instance_deps_steps(spec) if shared_deps else ([], [])
     lines = [
         "#!/bin/bash",
         "set -euxo pipefail",
@@ -151,7 +253,7 @@ def instance_script(instance: Instance, spec: dict[str, Any]) -> str:
         *spec.get("pre_install", []),
     ]
     if "install" in spec:
-        lines.append(_install_step(spec["install"]))
+        lines += [*before, _install_step(spec["install"]), *after]
     lines += [
         "git config --global user.email setup@swebench.config",
         "git config --global user.name SWE-bench",
