@@ -39,7 +39,7 @@ from pinpoint.localization.execution import (
 from pinpoint.localization.fusion import split_ties
 from pinpoint.localization.mutations import OPERATORS, Source
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
-from pinpoint.localization.trace_runner import covers, normalize_message
+from pinpoint.localization.trace_runner import FAILING, covers, normalize_message
 
 __all__ = ["normalize_message", "MbflConfig", "PlannedMutant", "TestOutcome", "MutantResult", "LineMbfl",
            "plan_mutants", "run_mutants", "failing_ids", "outcome_changes", "line_scores", "mbfl_suspects",
@@ -217,8 +217,12 @@ def _passing_for(evidence: ExecutionEvidence, path: str, line: int, limit: int) 
     return spread_evenly(sorted(t.nodeid for t in evidence.passing if line in t.lines.get(path, ())), limit)
 
 
+#: bumped when cached results may be wrong: 2 drops those of runs made after the test patch was removed
+CACHE_VERSION = 2
+
+
 def _cache_key(mutant: PlannedMutant, failing: Sequence[str], passing: Sequence[str]) -> str:
-    raw = json.dumps([mutant.id, sorted(failing), sorted(passing)])
+    raw = json.dumps([CACHE_VERSION, mutant.id, sorted(failing), sorted(passing)])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
@@ -248,13 +252,15 @@ def run_mutants(runtime: Runtime, evidence: ExecutionEvidence, planned: Sequence
                                 "replacement": plan[mid][0].replacement, "passing": plan[mid][1]} for mid in todo]}
         records, out.status, out.error = _run_runner(runtime, options, python, budget + per_mutant + 120)
         out.baseline = _outcomes(records.get("original", {}).get("tests", []))
+        keep = baseline_fails(out.baseline, failing)
         for mid in todo:
             result = _result(plan[mid][0], records.get(mid))
             out.results.append(result)
             out.ran += result.ran
-            if result.status != "not_run":
+            if keep and result.status != "not_run":
                 _write_cache(config.cache_dir, keys[mid], result)
-        _write_baseline(config.cache_dir, keys, failing, out.baseline)
+        if keep:
+            _write_baseline(config.cache_dir, keys, failing, out.baseline)
     out.results += list(cached.values())
     order = list(plan)
     out.results.sort(key=lambda r: order.index(r.mutant.id))
@@ -325,6 +331,12 @@ def _write_cache(folder: Path | None, key: str, result: MutantResult) -> None:
     tmp = folder / f"{key}.json.tmp"
     tmp.write_text(json.dumps(raw))
     tmp.replace(folder / f"{key}.json")
+
+
+def baseline_fails(baseline: dict[str, TestOutcome], failing: Sequence[str]) -> bool:
+    """Whether a failing test failed on the unmutated code. If none did (the test patch is gone, the ids match
+    nothing), the run says nothing about the fault, and its results are not cached under the fault's key."""
+    return any(baseline[b].outcome in FAILING for b in failing_ids(baseline, failing))
 
 
 def _baseline_key(keys: dict[str, str], failing: Sequence[str]) -> str:

@@ -196,6 +196,24 @@ def test_a_mutant_that_hangs_is_killed_at_its_timeout_and_counts_as_a_change(cal
         assert line_scores(mutation.results, mutation.baseline, mutation.failing)[("pkg/calc.py", 5)].metallaxis > 0
 
 
+def test_a_run_whose_failing_tests_no_longer_fail_caches_nothing(calc_repo, tmp_path):
+    """The agent's old oracle mode ran mutants after the test patch was gone; those results must not be stored
+    under the fault's key, or every later run reads them back."""
+    cache = tmp_path / "cache"
+    with LocalRuntime(calc_repo) as runtime:
+        evidence = collect_spectrum(runtime, FAILING, PASSING, python=sys.executable)
+        runtime.write_file("tests/test_calc.py", "")  # the failing tests are gone, as after a removed test patch
+        mutation = collect_mbfl(runtime, evidence, Sources(runtime), MbflConfig(cache_dir=cache),
+                                python=sys.executable)
+        assert mutation.results and not any(r.cached for r in mutation.results)
+        assert not cache.exists() or not any(cache.iterdir())
+        runtime.write_file("tests/test_calc.py", TESTS)
+        again = collect_mbfl(runtime, evidence, Sources(runtime), MbflConfig(cache_dir=cache),
+                             python=sys.executable)
+        assert again.ran > 0 and not any(r.cached for r in again.results)
+        assert MbflLocalizer(again, evidence).localize(None)[0].start_line == FAULT_LINE
+
+
 # -- a real instance -------------------------------------------------------------------------------------------------------
 @pytest.mark.docker
 def test_mbfl_in_a_real_instance_box_runs_caches_and_implicates_a_gold_line(docker_client, tmp_path):
