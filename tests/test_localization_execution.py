@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -269,6 +270,24 @@ def test_the_passing_tests_get_the_failing_phases_share_of_cpu_and_none_starts_w
     wall[0] = 1700.0
     assert budget.limit("t.py::p5") is None and "overall budget of 600s (wall)" in budget.why
     assert trace_runner.Budget({"failing": None}, 1700.0).limit("t.py::p").cpu_s == 60.0  # no failing: no share
+
+
+def test_a_cpu_timer_that_fires_before_the_limit_is_used_is_rearmed_not_a_timeout():
+    """ITIMER_PROF is charged by scheduler ticks and fires early on a busy machine: its signal is checked against
+    the precise process clock, so a test's CPU limit is what it was given whatever the load."""
+    import signal
+    try:
+        trace_runner.arm(trace_runner.Limit(0.3, 30.0))
+        assert trace_runner.fired_early(signal.SIGPROF)  # 0.3 CPU s not used yet: re-armed for the rest
+        assert 0 < signal.getitimer(signal.ITIMER_PROF)[0] <= 0.31  # (rounded up to the timer's tick)
+        assert not trace_runner.fired_early(signal.SIGALRM)  # the wall cap is never second-guessed
+        begun = time.process_time()
+        while time.process_time() - begun < 0.31:
+            signal.setitimer(signal.ITIMER_PROF, 0)  # keep the real timer out of this test's way
+        assert not trace_runner.fired_early(signal.SIGPROF)  # used up: a real timeout
+    finally:
+        left = trace_runner.disarm()
+    assert left.cpu_s == 0.0 and 0 < left.wall_s <= 30.0
 
 
 def _cpu_burners(n: int) -> list[subprocess.Popen]:
