@@ -98,18 +98,17 @@ def oracle_localizers(instance: Instance, runtime, config: Config) -> list:
     the agent sees the execution signals but neither the tests nor the test patch enter its diff. Every signal
     that runs the tests (the spectrum, and the mutants and predicate switches it targets) runs before the reset:
     run later, the failing tests would be gone from the tree (and their results cached under the same key)."""
+    from pinpoint.agent.nodes import execution_sources
     from pinpoint.agent.runner import default_localizers
     from pinpoint.localization.failing_tests import FailingTests
-    from pinpoint.localization.suspects import LocalizationRequest
     from pinpoint.swebench_eval.oracle import apply_test_patch, oracle_tests
 
     apply_test_patch(runtime, instance)
     try:
         tests = oracle_tests(runtime, instance)
         localizers = default_localizers(runtime, config, FailingTests("oracle", tests.failing, tests.passing))
-        for loc in localizers:  # ldb_llm asks the model, with the task's request: it runs in the localize node
-            if getattr(loc, "execution", None) is not None and loc.name != "ldb_llm":
-                loc.localize(LocalizationRequest())
+        for source in execution_sources(localizers):
+            source.run_tests()
     finally:
         runtime.reset()
     return localizers

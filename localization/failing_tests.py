@@ -153,6 +153,17 @@ class ExecutionSignals:
                 self.spectrum = self._spectrum(related)
         self.traces = self.spectrum.block_traces
 
+    def run_tests(self) -> None:
+        """Everything that runs the tests, now (each at most once): the spectrum and LDB's block states, then the
+        targeted signals that are on (MBFL's mutants, predicate switches). After it the signals read only what was
+        recorded, so a caller may take the tests out of the tree (oracle mode)."""
+        self.collect()
+        if self.spectrum is not None and self.spectrum.failing:
+            if self.mbfl:
+                self._mbfl()
+            if self.predicates:
+                self._switched()
+
     def _spectrum(self, passing: list[str]) -> ExecutionEvidence:
         """One run: the spectrum's tests, then in the same interpreter the block states of its top functions."""
         return collect_spectrum(self.runtime, self.tests.failing, passing, budget_s=self.budget_s,
