@@ -13,6 +13,7 @@ from pinpoint.environments.errors import UsageError
 
 ROLLOUT_BACKENDS = ("llama.cpp", "vllm", "sglang", "openai")
 EXECUTORS = ("local", "ray")
+SUSPECTS = ("none", "oracle")
 POLICY_HELP = ("scripted-gold (a FAKE that replays the reference patch), noop, embedded (the offline SmolLM2), or "
                "the URL of an OpenAI-compatible endpoint (with --model)")
 
@@ -22,6 +23,9 @@ def register(subparsers) -> None:
                           "parquet, filter rollouts")
     prepare = rl.add_parser("prepare", help="build (or find) the image of every task and start its warm container")
     _task_args(prepare)
+    prepare.add_argument("--suspects", choices=SUSPECTS, default="none",
+                         help="oracle: also compute and cache each task's oracle suspects in its box (docs/rl.md), so "
+                         "the first resets of `rollout --suspects oracle` or a trainer's `suspects: oracle` read them")
     prepare.set_defaults(func=_prepare)
     dataset = rl.add_parser("dataset", help="the training parquet of a tasks file, for verl's agent loop and SkyRL")
     _task_args(dataset)
@@ -66,6 +70,9 @@ def register(subparsers) -> None:
                          "instance); with --backend ray")
     rollout.add_argument("--reward", choices=["unit", "precise", "localization"], default="unit")
     rollout.add_argument("--max-steps", type=int, default=30, help="steps per episode (then truncated and graded)")
+    rollout.add_argument("--suspects", choices=SUSPECTS, default="none",
+                         help="oracle: the first observation lists the task's oracle suspects, computed once per "
+                         "task and cached (`rl prepare --suspects oracle` computes them ahead); none: the default")
     rollout.add_argument("--grader", choices=["fresh", "pooled"], default="pooled",
                          help="grade in a pooled box of the instance image reset in place (default; the same "
                          "verdicts as fresh, `pinpoint bench grading`) or a fresh container per grading (as the harness)")
@@ -117,12 +124,34 @@ def _prepare(args: argparse.Namespace) -> int:
     for task in load_tasks(args.tasks, args.dataset):
         try:
             box = box_for(task, config.runtime)
-            box.factory().close()  # proves the box starts, and leaves the image warm in the engine's cache
-            print(f"{task.task_id}: ready ({box.image or task.repo_path})")
+            suspects, ok = "", True
+            with box.factory() as runtime:  # proves the box starts, and leaves the image warm in the engine's cache
+                if args.suspects == "oracle":
+                    suspects, ok = _prepare_suspects(task, box.image or "", runtime)
+            print(f"{task.task_id}: ready ({box.image or task.repo_path}){suspects}", flush=True)
+            failed += not ok
         except Exception as exc:  # noqa: BLE001 - one line per task that cannot be prepared, then go on
             failed += 1
-            print(f"{task.task_id}: FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            print(f"{task.task_id}: FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}", flush=True)
     return 1 if failed else 0
+
+
+def _prepare_suspects(task, image: str, runtime) -> tuple[str, bool]:
+    """(the tail of a task's `rl prepare` line, whether its suspects are cached now): cached already, computed now,
+    or why not. Computed as the env computes them (its default timeout and agent settings), so its resets find
+    them."""
+    from pinpoint.rl.env import EnvSettings
+    from pinpoint.rl.suspects import oracle_suspects
+
+    if task.instance is None:
+        return "; no suspects (a local task has no FAIL_TO_PASS tests)", True
+    found = oracle_suspects(task, image, runtime, EnvSettings().suspects_timeout_s)
+    if found.failure:
+        return f"; suspects FAILED: {found.failure.removeprefix('suspects: ')}", False
+    if found.cached:
+        waited = f" (waited {found.seconds:.1f} s for another process computing them)" if found.seconds >= 0.1 else ""
+        return f"; suspects cached{waited}", True
+    return f"; suspects computed in {found.seconds:.1f} s ({len(found.suspects)} lines)", True
 
 
 def _dataset(args: argparse.Namespace) -> int:
@@ -179,7 +208,8 @@ def _rollout(args: argparse.Namespace) -> int:
     if min(args.samples_per_task, args.workers, args.concurrency, args.max_steps, args.retries) < 1:
         raise UsageError("--samples-per-task, --workers, --concurrency, --max-steps and --retries must be >= 1")
     config = _config(args)
-    settings = EnvSettings(reward=args.reward, max_steps=args.max_steps, grader=args.grader, runtime=config.runtime)
+    settings = EnvSettings(reward=args.reward, max_steps=args.max_steps, grader=args.grader, suspects=args.suspects,
+                           runtime=config.runtime)
     containers = args.containers_per_worker or args.concurrency + 1
     if containers < 1:
         raise UsageError("--containers-per-worker must be >= 1")

@@ -9,7 +9,8 @@ fused list is read as lines the way `bench localize` scores it (`localization.fu
 
 The lines are cached on disk per (task, instance image, localization version, agent settings): the version is a
 hash of the code that computes them (localization/*.py, the agent modules above and this one), so a changed tracer
-or fusion recomputes and an unchanged one never runs the tests twice for a task, whichever process asks.
+or fusion recomputes and an unchanged one never runs the tests twice for a task, whichever process asks: a file
+lock beside the cache file lets one computation of a key run at a time, and the others read its result.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from pinpoint.agent.config import Config
 from pinpoint.environments import paths
 from pinpoint.environments.files import write_json_atomic
@@ -154,8 +156,11 @@ class _Functions:
 
 def oracle_suspects(task: RlTask, image: str, runtime: Runtime, timeout_s: float,
                     config: Config | None = None) -> Found:
-    """The cached lines of `task`, else computed in `runtime` within `timeout_s` and cached. A failure or a
-    timeout is `Found.failure` (one line), `broken` set: the caller gives that box up."""
+    """The cached lines of `task`, else computed in `runtime` within `timeout_s` and cached. One computation per
+    cache key at a time, across threads and processes: the others wait (up to `timeout_s`) on a file lock beside
+    the cache file and read its result (the kernel drops the lock of a holder that dies, and the next computes).
+    A failure or a timeout is `Found.failure` (one line), `broken` set when the box ran it: the caller gives the
+    box up."""
     if task.instance is None:
         return Found(failure=f"suspects: {task.task_id} is a local task; oracle suspects need a SWE-bench row's "
                              "FAIL_TO_PASS tests")
@@ -164,6 +169,25 @@ def oracle_suspects(task: RlTask, image: str, runtime: Runtime, timeout_s: float
     cached = read_cached(path)
     if cached is not None:
         return Found(cached, cached=True)
+    started = time.monotonic()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(path.with_name(path.name + ".lock"), timeout=timeout_s):
+            cached = read_cached(path)  # another thread or process computed them while this one waited
+            if cached is not None:
+                return Found(cached, cached=True, seconds=time.monotonic() - started)
+            return _compute_and_cache(task, image, runtime, timeout_s, config, path)
+    except Timeout:
+        return Found(seconds=time.monotonic() - started, failure=f"suspects: another process kept computing them "
+                     f"past {timeout_s:g} s; the episode goes on without them")
+    except OSError as exc:  # the cache folder cannot hold the lock: the box was not used
+        return Found(seconds=time.monotonic() - started, failure=f"suspects: cannot lock their cache: {exc}")
+
+
+def _compute_and_cache(task: RlTask, image: str, runtime: Runtime, timeout_s: float, config: Config,
+                       path: Path) -> Found:
+    """`compute` in a thread cut off at `timeout_s` (the box may hold its leftovers then: `broken`); the lines
+    written to `path` when it finishes, nothing when it fails."""
     started = time.monotonic()
     outcome: dict[str, Any] = {}
 

@@ -6,6 +6,14 @@ model); the box, the tracer and the localizers are real."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
 import pytest
 from pinpoint.agent.config import Config
 from pinpoint.environments.errors import UsageError
@@ -45,6 +53,152 @@ def test_a_local_task_says_in_one_line_that_it_has_no_oracle_and_the_episode_goe
         assert env.step({"name": "view", "arguments": {"path": "."}})[3] is False
 
 
+#: a process asking for ROW's suspects with `compute` replaced by a FAKE that records its pid in argv[1] and, with
+#: argv[2] = "hold", waits until the file argv[1] + ".go" exists: the lock and the cache are the real ones
+ASKER = f"""
+import json, os, sys, time
+from pathlib import Path
+from pinpoint.rl import suspects
+from pinpoint.rl.tasks import RlTask
+from pinpoint.swebench_eval.datasets import load_instances
+
+calls, hold = Path(sys.argv[1]), sys.argv[2] == "hold"
+def compute(task, runtime, config):
+    with calls.open("a") as out:
+        out.write(f"{{os.getpid()}}\\n")
+    while hold and not Path(f"{{calls}}.go").exists():
+        time.sleep(0.05)
+    return [suspects.LineSuspect("requests/models.py", 389, 0.5, ("spectrum",), "prepare_content_length")]
+suspects.compute = compute
+task = RlTask.swebench(load_instances(ids=["{ROW}"])[0])
+suspects.localization_version()  # its imports take seconds: done before this process says it asks
+print("asking", flush=True)
+found = suspects.oracle_suspects(task, "an-image", None, 120)
+print(json.dumps({{"cached": found.cached, "failure": found.failure, "seconds": found.seconds,
+                  "suspects": [s.to_json() for s in found.suspects]}}), flush=True)
+"""
+
+
+def _asker(calls: Path, hold: bool, cache: Path) -> subprocess.Popen:
+    """A real process asking for ROW's suspects (ASKER), started once it is about to take the lock."""
+    env = {**os.environ, "PINPOINT_CACHE": str(cache)}
+    process = subprocess.Popen([sys.executable, "-c", ASKER, str(calls), "hold" if hold else "go"], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "asking"
+    return process
+
+
+def _wait_for_calls(calls: Path, n: int) -> list[str]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = calls.read_text().split() if calls.exists() else []
+        if len(pids) >= n:
+            return pids
+        time.sleep(0.05)
+    pytest.fail(f"{n} computation(s) never started")
+
+
+def _answer(process: subprocess.Popen) -> dict:
+    out, _ = process.communicate(timeout=120)
+    assert process.returncode == 0
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_two_processes_asking_at_once_compute_once_and_the_second_reads_the_firsts_lines(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    first = _asker(calls, True, tmp_path)
+    (holder,) = _wait_for_calls(calls, 1)
+    second = _asker(calls, False, tmp_path)
+    time.sleep(1.0)  # the second is past its cache read, on the lock
+    assert calls.read_text().split() == [holder]
+    (tmp_path / "calls.go").touch()
+    one, two = _answer(first), _answer(second)
+    assert calls.read_text().split() == [holder]  # computed once
+    assert (one["cached"], two["cached"]) == (False, True) and one["failure"] == two["failure"] == ""
+    assert two["suspects"] == one["suspects"] and two["seconds"] > 0.5  # it waited, then read the cache
+
+
+def test_a_holder_that_dies_mid_computation_does_not_block_the_next_which_computes(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    first = _asker(calls, True, tmp_path)
+    _wait_for_calls(calls, 1)
+    second = _asker(calls, False, tmp_path)
+    first.kill()  # SIGKILL: no cleanup runs, the kernel drops its lock
+    first.communicate(timeout=30)
+    answer = _answer(second)
+    assert len(_wait_for_calls(calls, 2)) == 2 and answer["cached"] is False and answer["failure"] == ""
+    assert [row["line"] for row in answer["suspects"]] == [389]
+    assert len(list((tmp_path / "rl-suspects").glob("*.json"))) == 1  # the second's lines are cached
+
+
+def test_two_threads_of_one_process_compute_once(requests_row: RlTask, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINPOINT_CACHE", str(tmp_path))
+    started, go, calls = threading.Event(), threading.Event(), []
+
+    def compute(task, runtime, config) -> list[LineSuspect]:
+        calls.append(threading.get_ident())
+        started.set()
+        go.wait(30)
+        return [LineSuspect("requests/models.py", 389, 0.5, ("spectrum",))]
+
+    monkeypatch.setattr(rl_suspects, "compute", compute)
+    found: dict[str, rl_suspects.Found] = {}
+
+    def ask(name: str) -> None:
+        found[name] = rl_suspects.oracle_suspects(requests_row, "an-image", None, 60)
+
+    threads = [threading.Thread(target=ask, args=(name,)) for name in ("first", "second")]
+    threads[0].start()
+    assert started.wait(30)
+    threads[1].start()
+    time.sleep(0.5)
+    go.set()
+    for thread in threads:
+        thread.join(60)
+    assert len(calls) == 1 and found["first"].cached is False and found["second"].cached is True
+    assert found["second"].suspects == found["first"].suspects
+
+
+def test_a_failed_computation_caches_nothing_and_a_waiter_computes_again(requests_row: RlTask, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINPOINT_CACHE", str(tmp_path))
+    monkeypatch.setattr(rl_suspects, "compute", lambda *a: (_ for _ in ()).throw(RuntimeError("the box died\nat")))
+    found = rl_suspects.oracle_suspects(requests_row, "an-image", None, 60)
+    assert found.failure == "suspects: the computation failed: RuntimeError: the box died" and found.broken
+    assert found.suspects == [] and not list((tmp_path / "rl-suspects").glob("*.json"))
+
+
+def test_prepare_says_a_local_task_has_no_suspects_and_rollout_refuses_an_unknown_mode(
+        tmp_path: Path, demo_task: RlTask, capsys: pytest.CaptureFixture) -> None:
+    from pinpoint.cli import main
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(demo_task.to_row()) + "\n")
+    assert main(["rl", "prepare", "--tasks", str(tasks), "--suspects", "oracle"]) == 0
+    assert capsys.readouterr().out.strip().endswith("; no suspects (a local task has no FAIL_TO_PASS tests)")
+    with pytest.raises(SystemExit):
+        main(["rollout", "--tasks", str(tasks), "--policy", "noop", "--out", str(tmp_path / "o.jsonl"),
+              "--suspects", "gold"])
+    assert "invalid choice: 'gold'" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_trainers_env_config_carries_suspects_beside_its_trainer_fields() -> None:
+    from pinpoint.rl.adapters import env_settings
+    from pinpoint.rl.trainer_config import split_config
+
+    env_part, trainer = split_config({"suspects": "oracle", "suspects_top": 5, "pool_size": 2})
+    settings = env_settings(env_part)
+    assert (settings.suspects, settings.suspects_top, trainer.pool_size) == ("oracle", 5, 2)
+
+
+@pytest.fixture(scope="module")
+def requests_row() -> RlTask:
+    from pinpoint.swebench_eval.datasets import load_instances
+
+    return RlTask.swebench(load_instances(ids=[ROW])[0])
+
+
 @pytest.fixture(scope="module")
 def requests_task(docker_client) -> RlTask:
     from pinpoint.swebench_eval.datasets import load_instances
@@ -75,6 +229,25 @@ def test_a_computation_past_its_time_is_one_line_and_the_episode_starts_clean(re
         assert not _cache_file(env, requests_task).exists()
         _, info = env.reset(options={"task": requests_task})  # this env does not try again at every reset
         assert "not computed" in info["suspects_failure"] and info["suspects_s"] == 0.0
+
+
+@pytest.mark.docker
+def test_a_box_that_dies_mid_computation_is_one_line_and_the_episode_starts_in_a_fresh_box(
+        requests_task: RlTask, monkeypatch: pytest.MonkeyPatch) -> None:
+    def compute(task: RlTask, runtime, config) -> list[LineSuspect]:
+        runtime.close()  # the container is gone: the next command in it fails as a dead box's does
+        return [LineSuspect("x.py", 1, 1.0, ("spectrum",))] if runtime.run("true").exit_code == 0 else []
+
+    monkeypatch.setattr(rl_suspects, "compute", compute)
+    with RepairEnv(EnvSettings(suspects="oracle")) as env:
+        _cache_file(env, requests_task).unlink(missing_ok=True)
+        obs, info = env.reset(options={"task": requests_task})
+        failure = info["suspects_failure"]
+        assert failure.startswith("suspects: the computation failed: ") and "\n" not in failure
+        assert info["suspects"] == [] and "Suspicious lines" not in obs and not _cache_file(env, requests_task).exists()
+        observation, _, terminated, _, step_info = env.step({"name": "view", "arguments": {"path": "setup.py"}})
+        assert not terminated and "infra_failure" not in step_info and "setup(" in observation  # a live box
+        assert _tree_state(env) == ("", "")
 
 
 @pytest.mark.docker
@@ -137,3 +310,33 @@ def test_oracle_mode_runs_every_targeted_signal_before_the_test_patch_is_removed
         (failing,) = requests_task.instance.FAIL_TO_PASS
         assert execution.mutation.baseline[failing].outcome == "failed"
         assert runtime.diff() == ""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_prepare_computes_the_suspects_the_env_and_rollout_then_read_from_the_cache(
+        requests_task: RlTask, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from pinpoint.cli import main
+    from pinpoint.rl.rollout import read_rows
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"instance_id": ROW}) + "\n")
+    with RepairEnv(EnvSettings(suspects="oracle")) as env:
+        cached = _cache_file(env, requests_task)
+    cached.unlink(missing_ok=True)
+    assert main(["rl", "prepare", "--tasks", str(tasks), "--suspects", "oracle"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"{ROW}: ready (") and "; suspects computed in " in line and " lines)" in line
+    assert main(["rl", "prepare", "--tasks", str(tasks), "--suspects", "oracle"]) == 0
+    assert capsys.readouterr().out.strip().endswith("; suspects cached")
+
+    with RepairEnv(EnvSettings(suspects="oracle")) as env:  # the key prepare wrote is the one the env reads
+        _, info = env.reset(options={"task": requests_task})
+        assert info["suspects_cached"] is True and "suspects_failure" not in info
+    out = tmp_path / "rows.jsonl"
+    assert main(["rollout", "--tasks", str(tasks), "--policy", "noop", "--reward", "localization", "--suspects",
+                 "oracle", "--out", str(out)]) == 0
+    (row,) = read_rows(out)
+    first = info["suspects"][0]
+    assert "Suspicious lines" in row["messages"][1]["content"]
+    assert f"1. {first.path}:{first.line}" in row["messages"][1]["content"]
