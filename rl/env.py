@@ -75,7 +75,8 @@ class EnvSettings:
     suspects: Literal["none", "oracle"] = "none"
     #: how many suspect lines the first observation lists (info["suspects"] holds as many)
     suspects_top: int = 10
-    #: seconds the first computation of a task's suspects may take; past it the episode starts without them
+    #: seconds the first computation of a task's suspects may take (and a reset may wait for another process's
+    #: computation of them); past it the episode starts without them
     suspects_timeout_s: float = 900.0
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
 
