@@ -100,7 +100,7 @@ def run_bench(*, repeats: int = 20, concurrency: int = 8, image: str | None = No
     client = engine.client()
     image = image or bench_image(log)
     load_before = load_average()
-    starts, resets, baseline, round_trips, exec_trips = [], [], [], [], []
+    starts, resets, baseline, round_trips, exec_trips, shell_trips = [], [], [], [], [], []
     reset_failures = 0
     for _ in range(max(3, repeats // 4)):
         elapsed, runtime_i = _ms(lambda: DockerRuntime(image, client=client))
@@ -110,6 +110,7 @@ def run_bench(*, repeats: int = 20, concurrency: int = 8, image: str | None = No
         runtime.run("true")
         for _ in range(-(-repeats // BLOCK)):  # blocks of each in turn, so load drift hits both alike
             round_trips.extend(_block(lambda: runtime.run("true")))
+            shell_trips.extend(_block(lambda: runtime.run(":")))  # a builtin: through bash, as any shell syntax
             exec_trips.extend(_block(lambda: runtime.container.exec_run("true")))
         for i in range(repeats):
             _dirty(runtime, i)
@@ -135,6 +136,10 @@ def run_bench(*, repeats: int = 20, concurrency: int = 8, image: str | None = No
         "baseline_docker_exec_round_trip_ms_p50": _p(exec_trips, 50),
         "baseline_docker_exec_round_trip_ms_p95": _p(exec_trips, 95),
         "command_round_trip_speedup_p50": round(_p(exec_trips, 50) / _p(round_trips, 50), 1),
+        # the same through bash (`:`): what a command with shell syntax pays, and what `true` paid before plain
+        # commands were exec'd without bash
+        "shell_command_round_trip_ms_p50": _p(shell_trips, 50),
+        "shell_command_round_trip_ms_p95": _p(shell_trips, 95),
         "reset_ms_p50": _p(resets, 50),
         "reset_ms_p95": _p(resets, 95),
         "reset_incorrect": reset_failures,

@@ -148,6 +148,8 @@ def _bench(args) -> int:
         ratio = f"{f['command_round_trip_speedup_p50']}x faster" if q == "p50" else ""
         table.add_row(f"no-op command (`true`) round trip ms {q}", str(f[f"command_round_trip_ms_{q}"]),
                       f"{f[f'baseline_docker_exec_round_trip_ms_{q}']} (docker exec)", ratio)
+    for q in ("p50", "p95"):
+        table.add_row(f"shell command (`:`, through bash) ms {q}", str(f[f"shell_command_round_trip_ms_{q}"]), "", "")
     table.add_row(f"{f['concurrent_environments']} environments at once: wall ms", str(f["concurrent_wall_ms"]),
                   f"{f['sequential_wall_ms']} (one after another)", f"{f['concurrent_speedup_vs_sequential']}x")
     table.add_row("  per environment ms p50 / p95", f"{f['concurrent_env_ms_p50']} / {f['concurrent_env_ms_p95']}",

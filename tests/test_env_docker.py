@@ -297,7 +297,8 @@ def test_bench_env_writes_its_figures_as_json(requests_image, tmp_path):
     figures = json.loads(out.read_text())
     assert figures["reset_incorrect"] == 0 and figures["concurrent_failures"] == 0
     for key in ("reset_ms_p50", "baseline_fresh_container_reset_ms_p50", "reset_speedup_p50",
-                "command_round_trip_ms_p95", "container_start_ms_p50", "concurrent_wall_ms"):
+                "command_round_trip_ms_p95", "shell_command_round_trip_ms_p50", "container_start_ms_p50",
+                "concurrent_wall_ms"):
         assert figures[key] > 0
 
 
