@@ -40,6 +40,28 @@ def register(subparsers) -> None:
     drop.add_argument("--out", type=Path, required=True, help="the kept rows (.jsonl or .parquet)")
     drop.set_defaults(func=_filter)
 
+    _rollout_parser(subparsers)
+
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
+    rl_bench = bench.add_parser("rl", help="warm pool vs a fresh container per episode; Ray workers; concurrency")
+    rl_bench.add_argument("--instance", default="psf__requests-1142", help="SWE-bench dev row to run episodes on")
+    rl_bench.add_argument("--repeats", type=int, default=30, help="hand-outs and resets timed")
+    rl_bench.add_argument("--episodes", type=int, default=12, help="short episodes per throughput figure")
+    rl_bench.add_argument("--no-generator", action="store_true", help="skip the embedded-model episodes")
+    rl_bench.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
+    rl_bench.add_argument("--faults", action="store_true",
+                          help="instead: a GRPO-style rollout of the embedded model with a box docker-killed and the "
+                          "model server restarted mid-run, then a driver SIGKILLed mid-run (rl/faults.py)")
+    rl_bench.add_argument("--fault-tasks", type=int, default=16, help="with --faults: tasks (GRPO groups)")
+    rl_bench.add_argument("--fault-samples", type=int, default=4, help="with --faults: samples per task")
+    rl_bench.add_argument("--docker-tasks", type=int, default=4,
+                          help="with --faults: how many of the tasks are SWE-bench rows in docker boxes")
+    rl_bench.add_argument("--on-failure", choices=["mask", "retry"], default="retry", help="with --faults")
+    rl_bench.set_defaults(func=_bench)
+
+
+def _rollout_parser(subparsers) -> None:
+    """`pinpoint rollout`'s arguments."""
     rollout = subparsers.add_parser("rollout", help="episodes (here or on Ray) into a dataset file that resumes after a "
                                     "kill")
     _task_args(rollout)
@@ -83,23 +105,6 @@ def register(subparsers) -> None:
     rollout.add_argument("--retry-wait", type=float, default=5.0, metavar="S",
                          help="seconds before the second try under retry, doubling after")
     rollout.set_defaults(func=_rollout)
-
-    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
-    rl_bench = bench.add_parser("rl", help="warm pool vs a fresh container per episode; Ray workers; concurrency")
-    rl_bench.add_argument("--instance", default="psf__requests-1142", help="SWE-bench dev row to run episodes on")
-    rl_bench.add_argument("--repeats", type=int, default=30, help="hand-outs and resets timed")
-    rl_bench.add_argument("--episodes", type=int, default=12, help="short episodes per throughput figure")
-    rl_bench.add_argument("--no-generator", action="store_true", help="skip the embedded-model episodes")
-    rl_bench.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
-    rl_bench.add_argument("--faults", action="store_true",
-                          help="instead: a GRPO-style rollout of the embedded model with a box docker-killed and the "
-                          "model server restarted mid-run, then a driver SIGKILLed mid-run (rl/faults.py)")
-    rl_bench.add_argument("--fault-tasks", type=int, default=16, help="with --faults: tasks (GRPO groups)")
-    rl_bench.add_argument("--fault-samples", type=int, default=4, help="with --faults: samples per task")
-    rl_bench.add_argument("--docker-tasks", type=int, default=4,
-                          help="with --faults: how many of the tasks are SWE-bench rows in docker boxes")
-    rl_bench.add_argument("--on-failure", choices=["mask", "retry"], default="retry", help="with --faults")
-    rl_bench.set_defaults(func=_bench)
 
 
 def _task_args(parser: argparse.ArgumentParser) -> None:
