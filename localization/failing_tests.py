@@ -31,6 +31,7 @@ from pinpoint.localization.ldb import LdbLocalizer, failing_trace, llm_block_ver
 from pinpoint.localization.mbfl import MbflConfig, MbflLocalizer, MutationEvidence, collect_mbfl, tie_break
 from pinpoint.localization.retrieval import is_test_path
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
+from pinpoint.localization.test_names import TestNamesLocalizer, test_file_names
 
 #: options that change which tests run, kept with their value; any other option is the runner's own business (and
 #: `-x`/`--maxfail` would stop the passing tests the spectrum needs)
@@ -108,7 +109,7 @@ def related_test_files(runtime: Runtime, evidence: ExecutionEvidence, limit: int
     tests = [p for p in listing if is_test_path(p)]
     found: list[str] = []
     for stem in sorted(counts, key=lambda s: -counts[s]):
-        names = {f"test_{stem}.py", f"{stem}_test.py", f"tests_{stem}.py"}
+        names = test_file_names(stem)
         found += [p for p in tests if p.rsplit("/", 1)[-1] in names and p not in found]
     return found[:limit]
 
@@ -177,7 +178,7 @@ class ExecutionSignals:
         extra = [_Signal("ldb_llm", self)] if ask else []
         extra += [_Signal(name, self) for name, config in (("mbfl", self.mbfl), ("predicates", self.predicates))
                   if config is not None and config.fuse_member]
-        return [_Signal("spectrum", self), _Signal("ldb", self)] + extra
+        return [_Signal("spectrum", self), _Signal("ldb", self), _Signal("test_names", self)] + extra
 
     def failure_output(self) -> str:
         """The failing tests' deepest frames and messages as traceback text, for the `traceback` signal."""
@@ -197,6 +198,8 @@ class ExecutionSignals:
             return self._split(SpectrumLocalizer(self.spectrum, self.runtime).localize(request))
         if name in ("mbfl", "predicates", "insertion"):
             return self._targeted(name, request) if self.spectrum.failing else []
+        if name == "test_names":
+            return self._named(request)
         if self.traces is None:
             return []
         if name == "ldb_llm":
@@ -215,6 +218,12 @@ class ExecutionSignals:
         if self.insertion:
             spectrum = ins.tie_break(spectrum, ins.insertion_points(self.spectrum, Sources(self.runtime)))
         return spectrum
+
+    def _named(self, request: LocalizationRequest) -> list[Suspect]:
+        """The code files the failing tests are named after and ran (`test_names`)."""
+        sources = Sources(self.runtime)
+        failing = [(t.nodeid.split("::")[0], t.lines.keys()) for t in self.spectrum.failing]
+        return TestNamesLocalizer(failing, lambda path: len((sources.text(path) or "").splitlines())).localize(request)
 
     def _targeted(self, name: str, request: LocalizationRequest) -> list[Suspect]:
         if name == "mbfl":

@@ -84,6 +84,10 @@ class FusionRule:
     #: tenth of the share it changed) lead the top file ahead of the spectrum's, two at most (None: no such lead);
     #: on 21 dev rows thresholds 0.11-1.0 and 1-3 lines gave the same or less than 0.5 and 2
     switch_lead: float | None = 0.5
+    #: the files the failing tests are named after (`test_names`) open the list, in its order, before fusion's
+    #: others: the one file-level fact the members do not see (docs/localization.md, "Files the failing tests are
+    #: named after")
+    named_first: bool = True
 
 
 #: the rule before issue 25's leave-one-repository-out choice (predicates fused whole, MBFL only a tie-break)
@@ -111,12 +115,15 @@ def fuse(per_signal: dict[str, Sequence[Suspect]], files: str = "anchor",
 
 
 def fuse_with_spectrum(signals: dict[str, Sequence[Suspect]], rule: FusionRule = DEFAULT_RULE) -> list[Suspect]:
-    """Reciprocal rank over the members (each member's suspects above its floor, at its weight), then the top
-    file led by the spectrum's top lines, and ahead of them by the predicates whose switch makes failing tests
-    pass: fusion is best at the file, the execution signals at the line within it."""
+    """Reciprocal rank over the members (each member's suspects above its floor, at its weight), the files the
+    failing tests are named after first, then the top file led by the spectrum's top lines, and ahead of them by
+    the predicates whose switch makes failing tests pass: fusion is best at the file, the execution signals at the
+    line within it."""
     floors = dict(rule.floors)
     members = {n: [s for s in v if s.score > floors[n]] if n in floors else list(v) for n, v in signals.items()}
     fused = reciprocal_rank_fusion({n: v for n, v in members.items() if v}, weights=dict(rule.weights))
+    if rule.named_first and members.get(NAMED):
+        fused = refine_files(fused, members[NAMED])
     if rule.spectrum_lead:
         fused = lead_with_lines(fused, signals["spectrum"], take=rule.spectrum_lead)
     if rule.switch_lead is None:
@@ -136,7 +143,9 @@ def interleaved(first: Sequence[str], second: Sequence[str]) -> list[str]:
 
 
 #: signals whose evidence is not the issue's text (the failing tests' runs and output)
-EXECUTION_SIGNALS = ("spectrum", "ldb", "traceback")
+EXECUTION_SIGNALS = ("spectrum", "ldb", "traceback", "test_names")
+#: the signal whose files lead the fused list where the rule says so (`FusionRule.named_first`)
+NAMED = "test_names"
 #: the file-level member a text-only fusion's file order refines
 FILE_ANCHOR = "bm25"
 #: what a span placed below a better-scored one is scored under it by (far below a rank's step, ~1e-4 at rank 50)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import copy
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 
 from pinpoint.environments.executor import LocalExecutor
 from pinpoint.localization.lab import localize_bench as bench
+from pinpoint.swebench_eval.datasets import load_instances
 
 IDS = ["psf__requests-1142", "psf__requests-1724", "psf__requests-2931"]
 COMMITTED = bench.ROWS_DIR / f"oracle-v{bench.ROW_VERSION}"
@@ -19,7 +19,7 @@ COMMITTED = bench.ROWS_DIR / f"oracle-v{bench.ROW_VERSION}"
 
 def test_rows_computed_at_once_come_back_in_order_and_a_failed_one_is_computed_again(tmp_path: Path) -> None:
     real = {i: bench.read_row(COMMITTED / f"{i}.json.gz") for i in IDS}
-    instances = [SimpleNamespace(instance_id=i, repo="psf/requests", created_at=real[i]["created_at"]) for i in IDS]
+    instances = load_instances(ids=IDS)
     calls: list[str] = []
     failed: set[str] = set()
     lock = threading.Lock()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pinpoint.localization.fusion import PLAIN_RULE, FusionRule, fuse
+from pinpoint.localization.fusion import NAMED, PLAIN_RULE, FusionRule, fuse
 from pinpoint.localization.lab.ties import REL_TOL
 from pinpoint.localization.suspects import Suspect
 
@@ -24,12 +24,15 @@ from pinpoint.localization.suspects import Suspect
 class Variant:
     """A fused ranking of an oracle row: the bench's fused members with `spectrum` (a cached spectrum, plain or with
     its ties split) in the spectrum's place, the targeted signals in `members` added, combined by `rule`;
-    `top_tie`: a finer split spectrum whose order is taken inside the plain spectrum's top tie group only."""
+    `top_tie`: a finer split spectrum whose order is taken inside the plain spectrum's top tie group only;
+    `without`: bench members left out."""
 
     spectrum: str
     members: tuple[str, ...] = ()
     rule: FusionRule = PLAIN_RULE
     top_tie: str | None = None
+    #: members of the bench's fusion left out (`test_names`: the fusion before it existed)
+    without: tuple[str, ...] = ()
 
 
 PASSING = FusionRule(weights=(), floors=(("predicates", 0.1),))
@@ -57,6 +60,9 @@ VARIANTS: dict[str, Variant] = {
     "fused_predicates_noanchor": Variant("spectrum_mbfl", ("predicates",), FusionRule(weights=(), floors=(),
                                                                                       spectrum_lead=0)),
     "fused_targeted_noanchor": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(spectrum_lead=0)),
+    "fused_targeted_unnamed": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(named_first=False),
+                                      without=(NAMED,)),
+    "fused_unnamed": Variant("spectrum", rule=FusionRule(named_first=False), without=(NAMED,)),
 }
 #: what the choice ranks variants by: the issue's four targets, each in expectation over ties, equally weighted
 OBJECTIVE = ("file@1~", "function@5~", "line@1~", "line@10~")
@@ -64,7 +70,7 @@ OBJECTIVE = ("file@1~", "function@5~", "line@1~", "line@10~")
 #: `fused` is the bench's fusion without any targeted signal
 CHOICES = ("fused_predicates", "fused", "fused_split", "fused_ps", "fused_ps_top", "fused_pass", "fused_pass_nolead",
            "fused_pred_half", "fused_mbfl_half", "fused_mbfl_half_predicates", "fused_targeted",
-           "fused_targeted_mbfl1", "fused_predicates_noanchor", "fused_targeted_noanchor")
+           "fused_targeted_mbfl1", "fused_predicates_noanchor", "fused_targeted_noanchor", "fused_targeted_unnamed")
 #: the variant the agent's default fusion is (`fusion.DEFAULT_RULE` with MBFL and predicate switching fused)
 AGENT_DEFAULT = "fused_targeted"
 
@@ -80,7 +86,8 @@ def variant_fusion(members: dict[str, list[Suspect]], signals: dict[str, list[Su
     if variant.top_tie:
         spectrum = top_tie_split(signals.get("spectrum", []), spectrum, signals.get(variant.top_tie, []))
     extra = {m: signals[m] for m in variant.members if signals.get(m)}
-    return fuse({**members, "spectrum": spectrum, **extra}, rule=variant.rule)
+    kept = {n: v for n, v in members.items() if n not in variant.without}
+    return fuse({**kept, "spectrum": spectrum, **extra}, rule=variant.rule)
 
 
 def top_tie_split(plain: Sequence[Suspect], split: Sequence[Suspect], finer: Sequence[Suspect]) -> list[Suspect]:

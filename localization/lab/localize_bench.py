@@ -42,7 +42,7 @@ from pinpoint.localization.learned_fusion import (
     train,
 )
 from pinpoint.localization.retrieval import is_test_path
-from pinpoint.localization.suspects import Suspect
+from pinpoint.localization.suspects import LocalizationRequest, Suspect
 
 FILE_KS, FUNCTION_KS, LINE_KS = (1, 3, 5), (1, 5, 10), (1, 5, 10)
 SETTINGS = ("issue", "oracle")
@@ -57,7 +57,7 @@ KEPT_SUSPECTS = 50
 LINE_POOL = 400
 #: signals the agent fuses in each setting (the baselines are measured, not fused)
 FUSED = {"issue": ("retrieval", "lexical", "bm25"),
-         "oracle": ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb")}
+         "oracle": ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb", "test_names")}
 #: with `--mbfl`, the targeted execution signals kept per row: MBFL, predicate switching, insertion points, and the
 #: spectrum with its ties split by MBFL (`spectrum_mbfl`), then also by predicate switching (`spectrum_ps`), by
 #: insertion points (`spectrum_ins`), by both (`spectrum_split`)
@@ -196,8 +196,10 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
     here; on Ray, a task holding one box), written there by this process as it comes back (`variant`: a folder of
     its own, e.g. `-mbfl` for rows with MBFL; a cached row without every signal in `needs` is computed again, so a
     signal added later extends the cached rows). Rows come back in `instances`' order."""
+    by_id = {instance.instance_id: instance for instance in instances}
     rows = stored_rows(cache / f"{setting}{variant}-v{ROW_VERSION}", instances, setting, compute,
-                       usable=lambda row: all(n in row["signals"] for n in needs), read=rescored, log=log,
+                       usable=lambda row: all(n in row["signals"] for n in needs),
+                       read=lambda row: rescored(with_test_names(row, by_id[row["instance_id"]])), log=log,
                        executor=executor)
     return [rows[instance.instance_id] for instance in instances]
 
@@ -601,6 +603,27 @@ def rescored(row: dict) -> dict:
     fresh = evaluate_row(signals, row["setting"], row_gold(row), row_sources(row))
     for name, hits in fresh.items():
         row["signals"].setdefault(name, {}).update({k: v for k, v in hits.items() if k != "suspects"})
+    return row
+
+
+def with_test_names(row: dict, instance) -> dict:
+    """An oracle row cached before `test_names` existed, given it from what the row kept: the failing tests' files
+    (a FAIL_TO_PASS id's own path, else every test file of the test patch, as `oracle_tests` looks for it) and the
+    files of the spectrum's line records that a failing test ran (`test_names_from_cache` marks it)."""
+    from pinpoint.localization.test_names import TestNamesLocalizer
+    from pinpoint.swebench_eval.specs import test_directives
+
+    if row.get("setting") != "oracle" or "test_names" in row["signals"] or not row.get("lines"):
+        return row
+    patched = [f for f in test_directives(instance) if f.endswith(".py")]
+    files = {p for t in instance.FAIL_TO_PASS for p in ([t.split("::")[0]] if t.split("::")[0].endswith(".py")
+                                                        else patched)}
+    ran = {r["path"] for r in row.get("lines", []) if r.get("ef")}
+    ends = {p: max([s[3] for s in spans] + [r["line"] for r in row.get("lines", []) if r["path"] == p])
+            for p, spans in row.get("spans", {}).items() if spans}
+    found = TestNamesLocalizer([(f, ran) for f in sorted(files)], lambda p: ends.get(p, 1)).localize(LocalizationRequest())
+    row["signals"]["test_names"] = {"suspects": [s.to_dict() for s in found]}
+    row["test_names_from_cache"] = True
     return row
 
 
