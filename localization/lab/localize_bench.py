@@ -726,8 +726,17 @@ def cached_folder(cache: Path, setting: str) -> list[dict]:
     """Every row of the current layout cached for `setting`, whichever run wrote it."""
     folder = cache / f"{setting}-v{ROW_VERSION}"
     names = sorted({p.name.removesuffix(".gz") for p in folder.glob("*.json*") if not p.name.endswith(".tmp")})
-    rows = [read_row(folder / f"{name}.gz") for name in names]
-    return [r if r.get("error") else rescored(r) for r in rows if r is not None]
+    rows = [r for r in (read_row(folder / f"{name}.gz") for name in names) if r is not None]
+    known = dataset_rows({r["instance_id"] for r in rows})
+    return [r if r.get("error") else rescored(with_test_names(r, known[r["instance_id"]]) if r["instance_id"] in known
+                                              else r) for r in rows]
+
+
+def dataset_rows(ids: set[str]) -> dict:
+    """The dataset's instances among `ids` (a mutant of the fusion-data corpus is none of them), by id."""
+    from pinpoint.swebench_eval.datasets import load_instances
+
+    return {i.instance_id: i for i in load_instances() if i.instance_id in ids}
 
 
 def train_shipped(rows: Sequence[dict], setting: str, path: Path) -> FusionModel:
