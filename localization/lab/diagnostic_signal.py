@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -80,8 +81,9 @@ def row_report(row: dict, per_function: list[list[Suspect]], weights: Sequence[f
     gold = row_gold(row).lines
     every = [s for fn in per_function for s in fn]
     alone = sorted((((s.path, s.start_line), s.score) for s in every), key=lambda t: -t[1])
-    ordered = [((s.path, s.start_line), len(per_function) - k + s.score / 1e3)
-               for k, fn in enumerate(per_function) for s in fn]  # function rank first; scores stay small per fn
+    # the function's rank first, then the model's score squeezed into (0, 1): ties only inside one function
+    ordered = [((s.path, s.start_line), len(per_function) - k + 0.5 + math.atan(s.score) / math.pi)
+               for k, fn in enumerate(per_function) for s in fn]
     out = {"diagnostic": line_hits(alone, gold),
            "diagnostic, fusion's function order": line_hits(sorted(ordered, key=lambda t: -t[1]), gold),
            "random, same lines": line_hits([(key, 0.0) for key, _ in alone], gold),
