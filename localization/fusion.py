@@ -70,14 +70,14 @@ def fuse_localizers(
 class FusionRule:
     """How `fuse` combines the members once the failing tests are in hand (a spectrum is fused). Chosen leave one
     repository out among the variants `lab/fusion_choice.py` measures (docs/localization.md, "Choosing the
-    fusion"): MBFL fused as a member at half weight, predicate switching fused with only the switches that made a
-    failing test pass, those that made half of them pass leading the top file ahead of the spectrum's top 3 lines."""
+    fusion" and "All measured dev rows"): MBFL fused as a member at half weight, predicate switching fused with every
+    switch, those that made half the failing tests pass leading the top file ahead of the spectrum's top 3 lines."""
 
     #: reciprocal-rank weight per member (1 for any other)
     weights: tuple[tuple[str, float], ...] = (("mbfl", 0.5),)
-    #: per member, a score its suspects must exceed to be fused: a switch that made no failing test pass scores at
-    #: most `predicates.CHANGED_WEIGHT` (0.1; it changed the failure, it did not undo it)
-    floors: tuple[tuple[str, float], ...] = (("predicates", 0.1),)
+    #: per member, a score its suspects must exceed to be fused (none by default; `(("predicates", 0.1),)` keeps
+    #: only switches that made a failing test pass: one that did not scores at most `predicates.CHANGED_WEIGHT`)
+    floors: tuple[tuple[str, float], ...] = ()
     #: the spectrum's top single lines in fused's top file that lead the list (0: none)
     spectrum_lead: int = 3
     #: `predicates` lines scoring at least this (a switch that made this share of the failing tests pass, plus a

@@ -5,6 +5,7 @@ repositories' rows only."""
 from __future__ import annotations
 
 from pinpoint.localization.lab import diagnostic_signal as ds
+from pinpoint.localization.lab.fusion_choice import AGENT_DEFAULT
 from pinpoint.localization.lab.localize_bench import cached_folder, row_gold
 from pinpoint.localization.suspects import Suspect
 
@@ -18,7 +19,7 @@ def test_the_baseline_at_weight_zero_is_the_agents_default_fusion_on_every_commi
     assert len(rows) == 32
     for row in rows:
         report = ds.row_report(row, [], weights=(0.0,))
-        cached = row["signals"]["fused_targeted"]
+        cached = row["signals"][AGENT_DEFAULT]
         assert report["fused + diagnostic x0.0"] == {m: float(cached[m]) for m in ds.METRICS}, row["instance_id"]
         names = [(p, n) for p, n in cached["top_functions"] if n != "<module>"][:5]
         spans = {(p, s[2]): s[0] for p, spans in row["spans"].items() for s in spans}
@@ -26,8 +27,8 @@ def test_the_baseline_at_weight_zero_is_the_agents_default_fusion_on_every_commi
 
 
 def test_a_diagnostic_that_puts_the_gold_line_first_lifts_it_and_random_counts_ties_in_expectation():
-    row = next(r for r in _rows() if r["signals"]["fused_targeted"]["function@5"]
-               and not r["signals"]["fused_targeted"]["line@1"])
+    row = next(r for r in _rows() if r["signals"][AGENT_DEFAULT]["function@5"]
+               and not r["signals"][AGENT_DEFAULT]["line@1"])
     gold = row_gold(row).lines
     functions = ds.top_functions(row, 5)
     path, line = next((p, n) for p, first, last in functions for n in sorted(gold.get(p, ())) if first <= n <= last)

@@ -105,8 +105,8 @@ def test_predicates_whose_switch_makes_failing_tests_pass_lead_the_top_file_ahea
     assert [s.start_line for s in without[:3]] == [3, 4, 5]  # the spectrum's lead, as before
 
 
-def test_the_default_rule_fuses_only_switches_that_made_a_failing_test_pass_and_mbfl_at_half_weight():
-    from pinpoint.localization.fusion import PLAIN_RULE
+def test_the_default_rule_fuses_every_switch_and_mbfl_at_half_weight_a_floor_keeps_only_passing_switches():
+    from pinpoint.localization.fusion import PLAIN_RULE, FusionRule
     from pinpoint.localization.predicates import CHANGED_WEIGHT
 
     spectrum = [Suspect("a.py", n, n, 1.0 - n / 100, "spectrum") for n in (3, 4, 5)]
@@ -115,8 +115,10 @@ def test_the_default_rule_fuses_only_switches_that_made_a_failing_test_pass_and_
     mbfl = [Suspect("c.py", 2, 2, 0.9, "mbfl")]
     members = {"spectrum": spectrum, "predicates": [passing, changed_only], "mbfl": mbfl}
     fused = {(s.path, s.start_line): s.score for s in fuse(members)}
-    assert ("b.py", 8) not in fused and ("b.py", 9) in fused
+    assert ("b.py", 8) in fused and ("b.py", 9) in fused
     assert fused[("c.py", 2)] == 0.5 / 61  # MBFL's rank 1 at half weight
+    floored = {(s.path, s.start_line) for s in fuse(members, rule=FusionRule(floors=(("predicates", 0.1),)))}
+    assert ("b.py", 8) not in floored and ("b.py", 9) in floored  # the previous default: passing switches only
     plain = {(s.path, s.start_line): s.score for s in fuse(members, rule=PLAIN_RULE)}
     assert ("b.py", 8) in plain and plain[("c.py", 2)] == 1 / 61  # the earlier rule: every switch, full weight
 

@@ -1,6 +1,6 @@
 """Does the diagnostic model's line confidence earn its place in the oracle fusion? (issue 25)
 
-On the cached oracle rows of `bench localize --mbfl`, the default fusion (`fused_targeted`) names its top functions;
+On the cached oracle rows of `bench localize --mbfl`, the default fusion (`AGENT_DEFAULT`) names its top functions;
 the diagnostic model reads each of them (from the offline repository at the row's base commit, after the issue's
 text, as `agent.diagnostic` reads code) and ranks their lines. Measured alone (line@1/@10 within those functions, in
 expectation over ties, beside a random order of the same lines) and as a fusion member at a few weights, the weight
