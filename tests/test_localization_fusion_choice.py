@@ -11,7 +11,7 @@ from pinpoint.localization.suspects import Suspect
 
 #: two measurements of the same 32 rows (requests, flask, pytest, sympy): issue 25's earlier runs, and the rerun of
 #: the 21 requests/flask/pytest rows with nothing cached (the sympy rows are copies), beside which the second holds
-#: every sphinx dev row and the xarray, pylint and seaborn rows with images (84 rows, 8 repositories)
+#: every sphinx dev row and the xarray, pylint and seaborn rows with images (91 rows, 8 repositories)
 MEASUREMENTS = [Path(__file__).resolve().parents[1] / "docs" / "bench" / d for d in ("localize", "localize-loro25")]
 
 

@@ -6,7 +6,7 @@ scored on the bench's cached rows (`bench localize --mbfl`: each signal's suspec
 fusions recomputed from them), and the choice itself is validated: for each repository, the variant with the best
 objective on the *other* repositories' rows is scored on that repository's rows. Those held-out figures are the
 honest ones; the variant the same procedure picks on every row (of both committed measurements: 32 rows of four
-repositories run twice, since the rankings move with the machine's load, the second beside 52 rows of four more
+repositories run twice, since the rankings move with the machine's load, the second beside 59 rows of four more
 repositories) is the one the agent ships (`fusion.DEFAULT_RULE`).
 """
 
@@ -74,7 +74,7 @@ CHOICES = ("fused_predicates", "fused", "fused_split", "fused_ps", "fused_ps_top
            "fused_pred_half", "fused_mbfl_half", "fused_mbfl_half_predicates", "fused_targeted",
            "fused_targeted_mbfl1", "fused_predicates_noanchor", "fused_targeted_noanchor", "fused_targeted_unnamed")
 #: the variant the agent's default fusion is (`fusion.DEFAULT_RULE` with MBFL and predicate switching fused): what
-#: the procedure picks on all 84 rows of `docs/bench/localize-loro25` and in every fold (it was `fused_targeted`,
+#: the procedure picks on all 91 rows of `docs/bench/localize-loro25` and in every fold (it was `fused_targeted`,
 #: passing switches only, on the 32 rows of four repositories)
 AGENT_DEFAULT = "fused_mbfl_half_predicates"
 
