@@ -28,7 +28,10 @@ from pinpoint.localization.execution import (
     collect_spectrum,
 )
 from pinpoint.localization.ldb import LdbLocalizer, failing_trace, llm_block_verdicts, llm_ldb_suspects
+from pinpoint.localization.learned_fusion import line_records
 from pinpoint.localization.mbfl import MbflConfig, MbflLocalizer, MutationEvidence, collect_mbfl, tie_break
+from pinpoint.localization.mentions import NAME as MENTIONS
+from pinpoint.localization.mentions import MentionsLocalizer
 from pinpoint.localization.retrieval import is_test_path
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 from pinpoint.localization.test_names import TestNamesLocalizer, test_file_names
@@ -172,13 +175,15 @@ class ExecutionSignals:
                                 ldb_top=self.top_functions, select=self.select)
 
     def localizers(self, ask: Callable[[str], str] | None = None) -> list:
-        """`spectrum` and `ldb`; with `ask` (an LLM), also `ldb_llm`: LDB's own verdict per block of the top
-        function's failing trace, one query for all its blocks."""
+        """`spectrum`, `ldb`, `test_names` and `mentions` (the executed lines naming the issue's names); with `ask`
+        (an LLM), also `ldb_llm`: LDB's own verdict per block of the top function's failing trace, one query for
+        all its blocks."""
         self.ask = ask
         extra = [_Signal("ldb_llm", self)] if ask else []
         extra += [_Signal(name, self) for name, config in (("mbfl", self.mbfl), ("predicates", self.predicates))
                   if config is not None and config.fuse_member]
-        return [_Signal("spectrum", self), _Signal("ldb", self), _Signal("test_names", self)] + extra
+        return [_Signal("spectrum", self), _Signal("ldb", self), _Signal("test_names", self),
+                _Signal(MENTIONS, self)] + extra
 
     def failure_output(self) -> str:
         """The failing tests' deepest frames and messages as traceback text, for the `traceback` signal."""
@@ -200,6 +205,9 @@ class ExecutionSignals:
             return self._targeted(name, request) if self.spectrum.failing else []
         if name == "test_names":
             return self._named(request)
+        if name == MENTIONS:
+            lines = [(r.path, r.line) for r in line_records(self.spectrum)]
+            return MentionsLocalizer(lines, Sources(self.runtime).text).localize(request)
         if self.traces is None:
             return []
         if name == "ldb_llm":

@@ -68,10 +68,9 @@ def fuse_localizers(
 
 @dataclass(frozen=True)
 class FusionRule:
-    """How `fuse` combines the members once the failing tests are in hand (a spectrum is fused). Chosen leave one
-    repository out among the variants `lab/fusion_choice.py` measures (docs/localization.md, "Choosing the
-    fusion" and "All measured dev rows"): MBFL fused as a member at half weight, predicate switching fused with every
-    switch, those that made half the failing tests pass leading the top file ahead of the spectrum's top 3 lines."""
+    """How `fuse` combines the members once the failing tests are in hand (a spectrum is fused). The field defaults
+    are the rule before `mentions` (the variants `lab/fusion_choice.py` measures are written against them); the
+    agent's is `DEFAULT_RULE`."""
 
     #: reciprocal-rank weight per member (1 for any other)
     weights: tuple[tuple[str, float], ...] = (("mbfl", 0.5),)
@@ -92,7 +91,11 @@ class FusionRule:
 
 #: the rule before issue 25's leave-one-repository-out choice (predicates fused whole, MBFL only a tie-break)
 PLAIN_RULE = FusionRule(weights=(), floors=())
-DEFAULT_RULE = FusionRule()
+#: the agent's rule, chosen leave one repository out among the variants `lab/fusion_choice.py` measures on every
+#: committed oracle row (docs/localization.md, "Lines that name what the issue names"): MBFL a member at half
+#: weight, only the switches that made a failing test pass fused, the best of them leading the top file, and no
+#: spectrum lead: with `mentions` fused, reciprocal rank orders the top file's lines better than the spectrum alone
+DEFAULT_RULE = FusionRule(floors=(("predicates", 0.1),), spectrum_lead=0)
 
 
 def fuse(per_signal: dict[str, Sequence[Suspect]], files: str = "anchor",

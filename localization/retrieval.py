@@ -36,7 +36,8 @@ _PYTEST_FRAME = re.compile(r"^(?P<path>[\w./\\-]+\.py):(?P<line>\d+):(?: in (?P<
 _PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.(?:py|pyi|pyx|cfg|toml|ini|txt|rst|json|yaml|yml))\b")
 _DOTTED = re.compile(r"\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b")
 _BACKTICK = re.compile(r"`([^`\n]{2,80})`")
-_IDENT = re.compile(r"\b([A-Za-z_]\w{2,})\b")
+#: a name of three or more characters (what a mention or a source line spells)
+IDENTIFIER = re.compile(r"\b([A-Za-z_]\w{2,})\b")
 _CALL = re.compile(r"\b([A-Za-z_]\w{2,})\(")
 
 _STOP = {
@@ -157,12 +158,12 @@ def extract_mentions(text: str) -> list[Mention]:
     weights: Counter[str] = Counter()
     code_spans = " ".join(_BACKTICK.findall(text))
     fenced = " ".join(re.findall(r"```.*?```", text, flags=re.DOTALL))
-    for name in _IDENT.findall(text):
+    for name in IDENTIFIER.findall(text):
         w = 0.2
         if "_" in name.strip("_") or re.search(r"[a-z][A-Z]", name):
             w = 1.0
         weights[name] += w
-    for name in _IDENT.findall(code_spans + " " + fenced):
+    for name in IDENTIFIER.findall(code_spans + " " + fenced):
         weights[name] += 0.6
     for name in _CALL.findall(text):
         weights[name] += 0.8

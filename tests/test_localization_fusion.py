@@ -96,16 +96,21 @@ def test_predicates_whose_switch_makes_failing_tests_pass_lead_the_top_file_ahea
     predicates = [Suspect("a.py", 7, 7, 1.0, "predicates"), Suspect("a.py", 7, 12, 0.5, "predicates"),
                   Suspect("b.py", 2, 2, 1.0, "predicates"),  # not in the top file: no lead
                   Suspect("a.py", 8, 8, 0.1, "predicates")]  # changed the failure but none passed: no lead
-    fused = fuse({"spectrum": spectrum, "predicates": predicates})
+    from pinpoint.localization.fusion import FusionRule
+
+    led = FusionRule()  # a rule with the spectrum's lead (3 lines): the switches lead ahead of it
+    fused = fuse({"spectrum": spectrum, "predicates": predicates}, rule=led)
     assert [(s.path, s.start_line, s.end_line) for s in fused[:4]] == [
         ("a.py", 7, 7), ("a.py", 3, 3), ("a.py", 4, 4), ("a.py", 5, 5)]
     assert fused[0].evidence.startswith("[predicates lead #1")
     assert all(a.score >= b.score for a, b in zip(fused, fused[1:], strict=False))
-    without = fuse({"spectrum": spectrum, "predicates": predicates[3:]})
+    without = fuse({"spectrum": spectrum, "predicates": predicates[3:]}, rule=led)
     assert [s.start_line for s in without[:3]] == [3, 4, 5]  # the spectrum's lead, as before
+    default = fuse({"spectrum": spectrum, "predicates": predicates})  # no spectrum lead; the switch still leads
+    assert (default[0].path, default[0].start_line) == ("a.py", 7)
 
 
-def test_the_default_rule_fuses_every_switch_and_mbfl_at_half_weight_a_floor_keeps_only_passing_switches():
+def test_the_default_rule_fuses_passing_switches_only_and_mbfl_at_half_weight():
     from pinpoint.localization.fusion import PLAIN_RULE, FusionRule
     from pinpoint.localization.predicates import CHANGED_WEIGHT
 
@@ -115,10 +120,10 @@ def test_the_default_rule_fuses_every_switch_and_mbfl_at_half_weight_a_floor_kee
     mbfl = [Suspect("c.py", 2, 2, 0.9, "mbfl")]
     members = {"spectrum": spectrum, "predicates": [passing, changed_only], "mbfl": mbfl}
     fused = {(s.path, s.start_line): s.score for s in fuse(members)}
-    assert ("b.py", 8) in fused and ("b.py", 9) in fused
+    assert ("b.py", 8) not in fused and ("b.py", 9) in fused  # the floor: a switch that made a failing test pass
     assert fused[("c.py", 2)] == 0.5 / 61  # MBFL's rank 1 at half weight
-    floored = {(s.path, s.start_line) for s in fuse(members, rule=FusionRule(floors=(("predicates", 0.1),)))}
-    assert ("b.py", 8) not in floored and ("b.py", 9) in floored  # the previous default: passing switches only
+    every = {(s.path, s.start_line) for s in fuse(members, rule=FusionRule(floors=()))}
+    assert ("b.py", 8) in every and ("b.py", 9) in every  # the previous default: every switch
     plain = {(s.path, s.start_line): s.score for s in fuse(members, rule=PLAIN_RULE)}
     assert ("b.py", 8) in plain and plain[("c.py", 2)] == 1 / 61  # the earlier rule: every switch, full weight
 
@@ -128,7 +133,7 @@ def test_without_the_spectrums_lead_the_top_file_keeps_reciprocal_rank_order():
 
     spectrum = [Suspect("a.py", 9, 9, 1.0, "spectrum"), Suspect("a.py", 1, 30, 0.5, "spectrum")]
     ldb = [Suspect("a.py", 1, 30, 1.0, "ldb"), Suspect("a.py", 2, 2, 0.9, "ldb")]
-    led = fuse({"spectrum": spectrum, "ldb": ldb})
+    led = fuse({"spectrum": spectrum, "ldb": ldb}, rule=FusionRule(spectrum_lead=3))
     assert led[0].start_line == 9 and led[0].evidence.startswith("[spectrum lead #1")
-    plain = fuse({"spectrum": spectrum, "ldb": ldb}, rule=FusionRule(spectrum_lead=0))
+    plain = fuse({"spectrum": spectrum, "ldb": ldb})  # the default: no lead (with `mentions` fused it pays more)
     assert plain == reciprocal_rank_fusion({"spectrum": spectrum, "ldb": ldb}, weights={"mbfl": 0.5})

@@ -251,7 +251,7 @@ def test_the_agents_execution_signals_split_the_spectrums_ties_with_mbfl_and_fus
     with LocalRuntime(calc_repo) as runtime:
         tests = FailingTests("oracle", FAILING, PASSING, python=sys.executable)
         execution = ExecutionSignals(runtime, tests, budget_s=60, mbfl=MbflConfig(cache_dir=tmp_path))
-        assert [loc.name for loc in execution.localizers()] == ["spectrum", "ldb", "test_names", "mbfl"]  # a member by default
+        assert [loc.name for loc in execution.localizers()] == ["spectrum", "ldb", "test_names", "mentions", "mbfl"]  # a member by default
         spectrum = execution.suspects("spectrum", LocalizationRequest())
         assert spectrum[0].start_line == FAULT_LINE and "mbfl:" in spectrum[0].evidence  # and the tie-break
         assert execution.suspects("mbfl", LocalizationRequest())

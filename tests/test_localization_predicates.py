@@ -123,12 +123,12 @@ def test_the_agents_execution_signals_fuse_switches_or_split_ties_with_them_and_
     with LocalRuntime(calc_repo) as runtime:
         tests = FailingTests("oracle", FAILING, PASSING, python=sys.executable)
         member = ExecutionSignals(runtime, tests, budget_s=60, predicates=PredicateConfig(cache_dir=tmp_path))
-        assert [loc.name for loc in member.localizers()] == ["spectrum", "ldb", "test_names", "predicates"]  # the default
+        assert [loc.name for loc in member.localizers()] == ["spectrum", "ldb", "test_names", "mentions", "predicates"]  # the default
         assert member.suspects("predicates", LocalizationRequest())[0].start_line == 8
         assert not any("predicates:" in s.evidence for s in member.suspects("spectrum", LocalizationRequest()))
         split = ExecutionSignals(runtime, tests, budget_s=60, insertion=True,
                                  predicates=PredicateConfig(cache_dir=tmp_path, fuse_member=False))
-        assert [loc.name for loc in split.localizers()] == ["spectrum", "ldb", "test_names"]  # tie-breaks, not members
+        assert [loc.name for loc in split.localizers()] == ["spectrum", "ldb", "test_names", "mentions"]  # tie-breaks, not members
         assert any("predicates:" in s.evidence for s in split.suspects("spectrum", LocalizationRequest()))
         record = split.record()
         assert record["predicates"]["suspects"][0]["start_line"] == 8

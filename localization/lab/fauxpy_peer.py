@@ -268,7 +268,7 @@ def peer_row(instance, budget_s: float = BUDGET_S) -> dict:
 
 # -- rows, scored as `bench localize` scores its signals -----------------------------------------------------------
 #: pinpoint's rankings shown beside FauxPy's: the spectrum alone, the fusion before the targeted signals, with
-#: predicate switching, and the agent's default (`AGENT_DEFAULT`: MBFL at half weight, predicate switching)
+#: predicate switching, and the agent's default (`AGENT_DEFAULT`: MBFL at half weight, passing switches, mentions)
 PINPOINT_SIGNALS = ("spectrum", "fused", "fused_predicates", AGENT_DEFAULT)
 METRICS = ("file@1", "file@5", "function@5", "line@1", "line@10")
 #: FauxPy as `bench localize --peer fauxpy`'s column: its rows in their committed cache

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +44,7 @@ from pinpoint.localization.learned_fusion import (
 )
 from pinpoint.localization.retrieval import is_test_path
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
+from pinpoint.swebench_eval.sources import RepoSources
 
 FILE_KS, FUNCTION_KS, LINE_KS = (1, 3, 5), (1, 5, 10), (1, 5, 10)
 SETTINGS = ("issue", "oracle")
@@ -57,7 +59,7 @@ KEPT_SUSPECTS = 50
 LINE_POOL = 400
 #: signals the agent fuses in each setting (the baselines are measured, not fused)
 FUSED = {"issue": ("retrieval", "lexical", "bm25"),
-         "oracle": ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb", "test_names")}
+         "oracle": ("retrieval", "lexical", "bm25", "traceback", "spectrum", "ldb", "test_names", "mentions")}
 #: with `--mbfl`, the targeted execution signals kept per row: MBFL, predicate switching, insertion points, and the
 #: spectrum with its ties split by MBFL (`spectrum_mbfl`), then also by predicate switching (`spectrum_ps`), by
 #: insertion points (`spectrum_ins`), by both (`spectrum_split`)
@@ -199,7 +201,7 @@ def cached_rows(instances: Sequence, setting: str, cache: Path, compute: Callabl
     by_id = {instance.instance_id: instance for instance in instances}
     rows = stored_rows(cache / f"{setting}{variant}-v{ROW_VERSION}", instances, setting, compute,
                        usable=lambda row: all(n in row["signals"] for n in needs),
-                       read=lambda row: rescored(with_test_names(row, by_id[row["instance_id"]])), log=log,
+                       read=lambda row: rescored(backfilled(row, by_id[row["instance_id"]])), log=log,
                        executor=executor)
     return [rows[instance.instance_id] for instance in instances]
 
@@ -299,9 +301,10 @@ def issue_row(instance) -> dict:
 
 
 def execution_signals(runtime, tests, budget_s: float, mbfl: bool = False, *, predicates: bool = False,
-                      insertion: bool = False) -> tuple[dict, dict, list[LineRecord]]:
-    """`traceback`, `spectrum` and `ldb` from the oracle's failing tests in `runtime`, what the runs cost, and the
-    spectrum's line records; `mbfl`, `predicates`, `insertion`: also those targeted signals (`targeted_signals`)."""
+                      insertion: bool = False, problem_statement: str = "") -> tuple[dict, dict, list[LineRecord]]:
+    """`traceback` and the execution localizers (`spectrum`, `ldb`, `test_names`, `mentions` of
+    `problem_statement`) from the oracle's failing tests in `runtime`, what the runs cost, and the spectrum's line
+    records; `mbfl`, `predicates`, `insertion`: also those targeted signals (`targeted_signals`)."""
     from pinpoint.localization.execution import run_traced
     from pinpoint.localization.failing_tests import ExecutionSignals, FailingTests
     from pinpoint.localization.retrieval import RetrievalLocalizer
@@ -313,7 +316,7 @@ def execution_signals(runtime, tests, budget_s: float, mbfl: bool = False, *, pr
     started = time.monotonic()
     execution = ExecutionSignals(runtime, FailingTests("oracle", tests.failing, tests.passing), budget_s)
     execution.collect()
-    request = LocalizationRequest(test_output=execution.failure_output())
+    request = LocalizationRequest(problem_statement=problem_statement, test_output=execution.failure_output())
     signals = {"traceback": RetrievalLocalizer(runtime, "tests").localize(request),
                **{loc.name: loc.localize(request) for loc in execution.localizers()}}
     evidence = execution.spectrum
@@ -385,7 +388,7 @@ def oracle_row(instance, budget_s: float = 300.0, mbfl: bool = False) -> dict:
         gold = gold_of(instance.patch, sources)
         signals = issue_signals(runtime, instance.problem_statement)
         execution, cost, records = execution_signals(runtime, tests, budget_s, mbfl, predicates=mbfl,
-                                                     insertion=mbfl)
+                                                     insertion=mbfl, problem_statement=instance.problem_statement)
         signals.update(execution)
         return {**_gold_json(gold), "insertion_gold": insertion_gold(instance.patch), "cost": cost, "signals": evaluate_row(signals, "oracle", gold, sources),
                 **structured(signals, records, sources)}
@@ -627,6 +630,48 @@ def with_test_names(row: dict, instance) -> dict:
     return row
 
 
+def with_mentions(row: dict, instance, sources: RepoSources | None = None) -> dict:
+    """An oracle row cached before `mentions` existed, given it from its kept line records (the spectrum's best
+    lines, what the signal reads in a box) and the issue text, the files read at the row's base commit from the
+    offline repository (`mentions_from_cache` marks it); a row whose repository is not offline is left as it is."""
+    from pinpoint.localization.mentions import MentionsLocalizer
+    from pinpoint.swebench_eval.sources import SourceError
+
+    if row.get("setting") != "oracle" or "mentions" in row["signals"] or not row.get("lines"):
+        return row
+    try:
+        git_dir = (sources or RepoSources()).git_dir(instance.repo)
+    except SourceError:
+        return row
+    lines = [(r["path"], r["line"]) for r in row["lines"]]
+    texts = files_at(git_dir, instance.base_commit, list(dict.fromkeys(p for p, _ in lines)))
+    found = MentionsLocalizer(lines, texts.get).localize(LocalizationRequest(instance.problem_statement))
+    row["signals"]["mentions"] = {"suspects": [s.to_dict() for s in found]}
+    row["mentions_from_cache"] = True
+    return row
+
+
+def files_at(git_dir: Path, commit: str, paths: Sequence[str]) -> dict[str, str]:
+    """The text of each of `paths` at `commit` that exists there, read by one `git cat-file --batch`."""
+    out = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "--batch"], capture_output=True,
+                         input="".join(f"{commit}:{p}\n" for p in paths).encode()).stdout
+    texts, at = {}, 0
+    for path in paths:
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        at = end + 1
+        if len(header) == 3 and header[1] == b"blob":
+            size = int(header[2])
+            texts[path] = out[at:at + size].decode("utf-8", "replace")
+            at += size + 1
+    return texts
+
+
+def backfilled(row: dict, instance) -> dict:
+    """A cached row with every signal added since it was computed that its kept records can give."""
+    return with_mentions(with_test_names(row, instance), instance)
+
+
 def row_gold(row: dict) -> Gold:
     return Gold({p: set(ls) for p, ls in row["gold_lines"].items()},
                 frozenset(tuple(f) for f in row["gold_functions"]))
@@ -728,7 +773,7 @@ def cached_folder(cache: Path, setting: str) -> list[dict]:
     names = sorted({p.name.removesuffix(".gz") for p in folder.glob("*.json*") if not p.name.endswith(".tmp")})
     rows = [r for r in (read_row(folder / f"{name}.gz") for name in names) if r is not None]
     known = dataset_rows({r["instance_id"] for r in rows})
-    return [r if r.get("error") else rescored(with_test_names(r, known[r["instance_id"]]) if r["instance_id"] in known
+    return [r if r.get("error") else rescored(backfilled(r, known[r["instance_id"]]) if r["instance_id"] in known
                                               else r) for r in rows]
 
 
