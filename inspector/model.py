@@ -77,7 +77,7 @@ def _last_localize(events: list[dict]) -> tuple[dict[str, list[dict]], int]:
 
 
 #: the execution signals the page lists one by one, in the order they run, then their fusion
-EXECUTION_SIGNALS = ("spectrum", "ldb", "test_names", "mbfl", "predicates", "insertion")
+EXECUTION_SIGNALS = ("spectrum", "ldb", "test_names", "mentions", "mbfl", "predicates", "insertion")
 #: suspects shown per execution signal
 EXECUTION_TOP = 10
 

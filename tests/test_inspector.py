@@ -483,12 +483,13 @@ def test_reports_without_trajectories_are_rows_too(swebench_run, browser, tmp_pa
 def test_a_run_with_the_execution_signals_shows_each_signals_suspects(browser, tmp_path):
     """A real `fix` run on the team repository with every execution signal on (insertion points too; the model is
     the FAKE scripted server): the Localization tab lists spectrum, LDB, the module the failing test is named after,
-    MBFL, predicate switching, insertion points and their fusion, each with its top suspects as the trajectory's execution event recorded them."""
+    the executed lines naming the issue's names, MBFL, predicate switching, insertion points and their fusion, each with its top suspects as the trajectory's execution event recorded them."""
     from fake_llm_server import FakeScriptedLLMServer
     from test_fix_own_repo import ISSUE, PYTEST, _script, make_team_repo
 
     repo = make_team_repo(tmp_path / "team-app")
-    (tmp_path / "issue.md").write_text(ISSUE)
+    # the issue also names what the buggy line spells, so `mentions` finds it among the lines the failing tests ran
+    (tmp_path / "issue.md").write_text(ISSUE + "It divides `total(values)` by one more than the count.\n")
     with FakeScriptedLLMServer(_script()) as fake:
         assert main(["fix", str(repo), "--issue", str(tmp_path / "issue.md"), "--local", "--test-cmd",
                      f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--search", "none",
@@ -503,9 +504,10 @@ def test_a_run_with_the_execution_signals_shows_each_signals_suspects(browser, t
     click_tab(page, "localization")
     shown = page.locator("#execution-signals .exec-signal")
     assert shown.evaluate_all("els => els.map(e => e.dataset.signal)") == [
-        "spectrum", "ldb", "test_names", "mbfl", "predicates", "insertion", "fused"]
+        "spectrum", "ldb", "test_names", "mentions", "mbfl", "predicates", "insertion", "fused"]
     named = page.locator("#exec-test_names tbody tr")
     assert "calc/stats.py" in named.first.inner_text()  # tests/test_stats.py fails, and its run ran calc/stats.py
+    assert "calc/stats.py:9" in page.inner_text("#exec-mentions tbody tr:first-child")  # total, values: the bug line
     mbfl = page.locator("#exec-mbfl tbody tr")
     top = record["mbfl"]["suspects"][0]
     assert mbfl.count() == min(10, len(record["mbfl"]["suspects"]))
