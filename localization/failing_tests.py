@@ -26,9 +26,9 @@ from pinpoint.localization.execution import (
     Sources,
     SpectrumLocalizer,
     collect_spectrum,
+    rank_lines,
 )
 from pinpoint.localization.ldb import LdbLocalizer, failing_trace, llm_block_verdicts, llm_ldb_suspects
-from pinpoint.localization.learned_fusion import line_records
 from pinpoint.localization.mbfl import MbflConfig, MbflLocalizer, MutationEvidence, collect_mbfl, tie_break
 from pinpoint.localization.mentions import NAME as MENTIONS
 from pinpoint.localization.mentions import MentionsLocalizer
@@ -206,7 +206,7 @@ class ExecutionSignals:
         if name == "test_names":
             return self._named(request)
         if name == MENTIONS:
-            lines = [(r.path, r.line) for r in line_records(self.spectrum)]
+            lines = [(s.path, s.line) for s in rank_lines(self.spectrum)]  # every line a failing test ran
             return MentionsLocalizer(lines, Sources(self.runtime).text).localize(request)
         if self.traces is None:
             return []
