@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -134,6 +135,10 @@ class ExecutionEvidence:
     #: the failing tests ran
     screened: int = 0
     screened_entering: int = 0
+    #: the run's wall seconds as pinpoint saw them (writing the runner's files, the box's exec, the interpreter's
+    #: start, reading the results back), and the part of them outside the runner's own clock (`seconds`)
+    wall_s: float = 0.0
+    outside_s: float = 0.0
 
     def _expected(self, test: TracedTest) -> bool:
         wanted = self.expected_failing
@@ -184,6 +189,42 @@ class TraceLimits:
     per_test_wall_s: float | None = None
 
 
+#: the traced run's wall budget where the failing tests' own run is known: this many times it, plus FIT_SLACK_S
+FIT_FACTOR = 3.0
+FIT_SLACK_S = 30.0
+#: of that budget, kept back for what follows the runner's last test: the teardown of a test stopped in flight, the
+#: LDB targets' choice, the session's end and the caller's ranking of the evidence (on the five rows over budget,
+#: load ~2: up to 0.9 s past the runner's budget, then 1.0-2.5 s of ranking)
+FIT_RESERVE_S = 5.0
+
+
+@dataclass(frozen=True)
+class OwnRun:
+    """The failing tests' own untraced run, as `own_run` measures it: `seconds` of wall as the caller saw them, of
+    which `outside_s` lay outside the trace runner's clock (the files written, the box's exec, the interpreter's
+    start, the results read back): what a traced run pays again outside the clock its budget runs on."""
+
+    seconds: float
+    outside_s: float
+
+    def fit_s(self, factor: float = FIT_FACTOR, slack_s: float = FIT_SLACK_S,
+              reserve_s: float = FIT_RESERVE_S) -> float:
+        """The traced run's wall budget on the runner's clock: `factor` x the own run + `slack_s`, less what the
+        traced run pays outside that clock and `reserve_s` for what follows its last test, so the whole run and
+        its ranking fit `factor` x + `slack_s` as the caller sees them."""
+        return max(factor * self.seconds + slack_s - self.outside_s - reserve_s, 0.0)
+
+
+def own_run(runtime: Runtime, failing: Sequence[str], *, python: str = DEFAULT_PYTHON,
+            pytest_args: Sequence[str] = (), budget_s: float = 300.0) -> OwnRun:
+    """Time the failing tests alone, untraced, in `runtime` (interpreter start and collection included): the
+    baseline a traced run's fitted budget follows."""
+    began = time.monotonic()
+    evidence = run_traced(runtime, failing, failing=failing, budget_s=budget_s, python=python,
+                          pytest_args=pytest_args, trace=False)
+    return OwnRun(round(time.monotonic() - began, 2), evidence.outside_s)
+
+
 def run_traced(
     runtime: Runtime,
     tests: Sequence[str],
@@ -200,6 +241,7 @@ def run_traced(
     ldb_passing: int = 10,
     select: int = 0,
     limits: TraceLimits = TraceLimits(),
+    fit_s: float | None = None,
 ) -> ExecutionEvidence:
     """Run pytest ids in `runtime` under the trace runner; never writes into the repository (all of it goes to a
     fresh folder under /tmp, removed afterwards). `failing`: the tests expected to fail (see ExecutionEvidence;
@@ -209,12 +251,14 @@ def run_traced(
     would choose, without a second interpreter's start, imports and collection). `select`: the tests after the
     failing ones are candidates, screened (a call-level pre-pass) and this many of them traced as the passing
     tests, chosen by the failing tests' functions they enter (the runner's `choose_by_coverage`). `limits`: the
-    budget's rules (`TraceLimits`); `per_test_timeout` is each test's CPU limit."""
+    budget's rules (`TraceLimits`); `per_test_timeout` is each test's CPU limit. `fit_s`: the fitted wall budget on
+    the runner's clock (`OwnRun.fit_s`) the passing tests and the LDB phase stop at (the runner's `Budget`)."""
+    began = time.monotonic()
     folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
     options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
                "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
                "targets": [t.to_json() for t in targets], "failing": list(failing) if failing else None,
-               "trace": trace, **asdict(limits)}
+               "trace": trace, "fit_s": fit_s, **asdict(limits)}
     if select and trace and failing:
         options.update(select="coverage", max_passing=select)
     runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
@@ -234,6 +278,9 @@ def run_traced(
         raw = ""
     runtime.run(f"rm -rf {shlex.quote(folder)}", timeout=60)
     evidence = parse_results(raw, requested=list(tests), log_tail=result.output[-3000:], failing=failing)
+    evidence.wall_s = round(time.monotonic() - began, 3)
+    inside = evidence.seconds + (evidence.block_traces.seconds if evidence.block_traces is not None else 0.0)
+    evidence.outside_s = round(max(evidence.wall_s - inside, 0.0), 3)
     evidence.functions = {t.key: t for t in targets}
     evidence.expected_failing = list(failing) if failing is not None else None
     for part in (evidence, evidence.block_traces):
@@ -362,19 +409,20 @@ def collect_spectrum(
     pytest_args: Sequence[str] = (),
     ldb_top: int = 0,
     select: str = "file",
+    fit_s: float | None = None,
 ) -> ExecutionEvidence:
     """Run the failing tests and a bounded sample of the passing ones with per-test coverage (failing tests first,
     so a budget that runs out still leaves them); `ldb_top`: then, in the same interpreter, the block states of
     the spectrum's top functions (`block_traces`). `select`: how the `max_passing` passing tests are chosen:
     `file` (the failing tests' files first, spread evenly) or `coverage` (up to `SCREENED` candidates, sampled so,
-    screened in the box by the failing tests' functions they enter)."""
+    screened in the box by the failing tests' functions they enter). `fit_s`: the fitted wall budget (`run_traced`)."""
     if select not in ("file", "coverage"):
         raise ValueError(f"select must be 'file' or 'coverage', got {select!r}")
     pool = SCREENED if select == "coverage" else max_passing
     tests = list(dict.fromkeys(failing)) + sample_passing(failing, passing, pool)
     return run_traced(runtime, tests, failing=failing, budget_s=budget_s, per_test_timeout=per_test_timeout,
                       python=python, pytest_args=pytest_args, ldb_top=ldb_top,
-                      select=max_passing if select == "coverage" else 0)
+                      select=max_passing if select == "coverage" else 0, fit_s=fit_s)
 
 
 #: the most passing candidates the coverage pre-pass screens

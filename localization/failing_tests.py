@@ -23,9 +23,11 @@ from pinpoint.localization import predicates as ps
 from pinpoint.localization.execution import (
     DEFAULT_PYTHON,
     ExecutionEvidence,
+    OwnRun,
     Sources,
     SpectrumLocalizer,
     collect_spectrum,
+    own_run,
     rank_lines,
 )
 from pinpoint.localization.ldb import LdbLocalizer, failing_trace, llm_block_verdicts, llm_ldb_suspects
@@ -119,6 +121,10 @@ def related_test_files(runtime: Runtime, evidence: ExecutionEvidence, limit: int
 
 #: how the spectrum's passing tests are chosen (`collect_spectrum`'s `select`): `file` or `coverage`
 PASSING_SELECTION = "file"
+#: the sources whose failing tests are timed untraced first when no own run is given: the oracle's FAIL_TO_PASS
+#: tests, a few and quick (median 0.75 s on the dev rows); a command's selection may be a whole suite, and a
+#: reproduction's own run is the traced script itself, so those keep the fixed `budget_s`
+FITTED_SOURCES = ("oracle",)
 
 
 class ExecutionSignals:
@@ -127,12 +133,17 @@ class ExecutionSignals:
 
     def __init__(self, runtime: Runtime, tests: FailingTests | None, budget_s: float = 300.0,
                  top_functions: int = 3, mbfl: MbflConfig | None = None,
-                 predicates: ps.PredicateConfig | None = None, insertion: bool = False, select: str | None = None):
+                 predicates: ps.PredicateConfig | None = None, insertion: bool = False, select: str | None = None,
+                 own: OwnRun | None = None, fit: bool = True):
         """`mbfl`, `predicates`, `insertion`: also those targeted signals (run after the spectrum, on first use),
         each splitting the spectrum's ties in that order, or fused as a member where its config says
         (`fuse_member`), and recorded with its suspects; off by default. `select`: how the passing tests are
-        chosen (`PASSING_SELECTION` unless given)."""
+        chosen (`PASSING_SELECTION` unless given). `own`: the failing tests' own untraced run where the caller
+        timed it; with `fit`, the spectrum + LDB run then fits 3x it + 30 s (`OwnRun.fit_s`), and oracle tests
+        without one are timed first (`FITTED_SOURCES`); `budget_s` bounds every run."""
         self.runtime = runtime
+        self.own = own
+        self.fit = fit
         self.tests = tests
         self.budget_s = budget_s
         self.top_functions = top_functions
@@ -172,7 +183,16 @@ class ExecutionSignals:
         """One run: the spectrum's tests, then in the same interpreter the block states of its top functions."""
         return collect_spectrum(self.runtime, self.tests.failing, passing, budget_s=self.budget_s,
                                 pytest_args=self.tests.pytest_args, python=self.tests.python,
-                                ldb_top=self.top_functions, select=self.select)
+                                ldb_top=self.top_functions, select=self.select, fit_s=self._fit_s())
+
+    def _fit_s(self) -> float | None:
+        """The fitted wall budget of the traced run: from the own run given, else (oracle tests) timed now."""
+        if not self.fit:
+            return None
+        if self.own is None and self.tests.source in FITTED_SOURCES:
+            self.own = own_run(self.runtime, self.tests.failing, python=self.tests.python,
+                               pytest_args=self.tests.pytest_args, budget_s=self.budget_s)
+        return self.own.fit_s() if self.own is not None else None
 
     def localizers(self, ask: Callable[[str], str] | None = None) -> list:
         """`spectrum`, `ldb`, `test_names` and `mentions` (the executed lines naming the issue's names); with `ask`
@@ -271,6 +291,9 @@ class ExecutionSignals:
             return {"kind": "execution", "source": None, "note": "no failing tests (the reproduction did not fail)"}
         record = {"kind": "execution", "source": self.tests.source, "failing": self.tests.failing,
                   "passing_given": len(self.tests.passing)}
+        if self.own is not None:
+            record["own_run"] = {"seconds": self.own.seconds, "outside_s": self.own.outside_s,
+                                 "fit_s": round(self.own.fit_s(), 2) if self.fit else None}
         for name, evidence in (("spectrum", self.spectrum), ("traces", self.traces)):
             if evidence is not None:
                 record[name] = {"summary": evidence.summary(), "status": evidence.status, "error": evidence.error,

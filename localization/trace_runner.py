@@ -8,8 +8,9 @@ repository lines it ran, the deepest repository frames of its failure and, for t
 by their basic blocks, the local variables after each executed block (LDB). Results go to the JSON-lines file the
 input names (outside the repository), one line per event as it happens, so a crash or a kill leaves every finished
 test on disk. Per-test limits (CPU seconds by SIGPROF, with a wall cap) and budgets in CPU seconds of this process
-bound the run, under an overall wall budget (a busy machine traces the same tests); tests past a budget are reported
-`not_run`, saying why. Where the environment has no pytest (sympy's), plain `file::function` ids are imported and called instead.
+bound the run, under an overall wall budget (a busy machine traces the same tests) and, where the caller knows the
+failing tests' own run, a fitted wall budget (`fit_s`) that the passing tests and the LDB phase stop at; tests past a
+budget are reported `not_run`, saying why. Where the environment has no pytest (sympy's), plain `file::function` ids are imported and called instead.
 """
 
 from __future__ import annotations
@@ -322,8 +323,9 @@ START_SHARE = 0.5
 WALL_FACTOR = 10.0
 WALL_FLOOR_S = 10.0
 
-#: what one test may use: CPU seconds of the runner's process (SIGPROF) and wall seconds (SIGALRM)
-Limit = collections.namedtuple("Limit", "cpu_s wall_s")
+#: what one test may use: CPU seconds of the runner's process (SIGPROF) and wall seconds (SIGALRM); `cut`: the
+#: budget that shortened the wall seconds, where one did (its timeout then says so)
+Limit = collections.namedtuple("Limit", "cpu_s wall_s cut", defaults=("",))
 
 
 def cpu_now():
@@ -380,6 +382,8 @@ def timeout_message(timer, limit, cpu_s):
     """What a timed-out test's record says: which limit it ran past."""
     if timer == "cpu":
         return f"timed out after {limit.cpu_s:.3g} CPU s"
+    if limit.cut:
+        return f"stopped at the {limit.cut} after {limit.wall_s:.3g}s ({cpu_s:.3g} CPU s used); its partial result dropped"
     return f"timed out at its wall cap of {limit.wall_s:.3g}s ({cpu_s:.3g} CPU s used: sleeping, blocked or starved)"
 
 
@@ -390,14 +394,27 @@ class Budget:
     this suite is: the passing tests after it get a window of `passing_share` of them (at least `passing_floor_s`,
     CPU) in all, and each one at most that phase's CPU (at least 1 s), so a slow suite stops sampling early and one
     slow passing test does not take the whole share. A passing test is not started once less than `start_share`
-    of the median passing test so far is left of the window (`START_SHARE`); one started may use its own limit."""
+    of the median passing test so far is left of the window (`START_SHARE`); one started may use its own limit.
 
-    def __init__(self, options, started, phase_floor=0.0, cpu_started=0.0):
+    With a fitted budget (`deadline`, `fit_s` after the runner's start: the caller's 3x the failing tests' own run +
+    30 s, less what it pays outside this clock) the passing tests and the LDB phase also stop at a wall clock: none
+    starts past it, one in flight is stopped there (`timeout`, dropped from the spectrum). The spectrum's failing
+    tests are exempt (they are the evidence; the overall budget bounds them), and with an LDB phase to come its
+    passing tests stop early by the failing tests' wall seconds, kept for the LDB phase to run them again in
+    (`ldb_phase`: this is that phase's budget, which binds its failing tests too and keeps nothing back)."""
+
+    def __init__(self, options, started, phase_floor=0.0, cpu_started=0.0, ldb_phase=False):
         self.cpu_started = cpu_started  # the CPU clock when this budget began (0.0: the process's own start)
         self.phase_floor = phase_floor  # the LDB phase: its limits are at least the spectrum phase's
         budget_s = options.get("budget_s", 600.0)
         self.overall = started + budget_s
-        self.why = self.overall_why = f"overall budget of {budget_s:g}s (wall) spent"
+        self.overall_name = f"overall budget of {budget_s:g}s (wall)"
+        self.why = self.overall_name + " spent"
+        self.deadline = options.get("deadline")  # the fitted budget's wall clock; None: none
+        self.fit_why = f"fitted budget of {options.get('fit_s') or 0.0:.1f}s (wall)"
+        self.ldb_phase = ldb_phase
+        self.reserve = options.get("ldb") is not None and not ldb_phase  # the LDB phase's failing tests to come
+        self.failing_wall_s = 0.0  # the failing tests' wall seconds so far
         self.per_test = options.get("per_test_timeout", 60.0)
         self.max_wall = 2 * self.per_test
         self.wall_cap = options.get("per_test_wall_s")  # a fixed wall cap instead of WALL_FACTOR's
@@ -424,8 +441,9 @@ class Budget:
                 self.window(self.share, "passing-test")
             else:
                 self.window(self.screen_share, "coverage pre-pass")
-        if now >= self.overall:
-            self.why = self.overall_why
+        bound, bound_why = self.bound()
+        if now >= bound:
+            self.why = bound_why + " spent"
             return None
         if self.window_end is not None:
             left = self.window_end - cpu
@@ -439,12 +457,29 @@ class Budget:
                 return None
         wall = self.wall_cap if self.wall_cap is not None else min(
             max(WALL_FLOOR_S, WALL_FACTOR * self.per_test), max(self.max_wall, WALL_FLOOR_S))
-        return Limit(self.per_test, min(wall, self.overall - now))
+        if bound - now < wall:
+            return Limit(self.per_test, bound - now, bound_why)
+        return Limit(self.per_test, wall)
 
-    def ran(self, cpu_s):
-        """A started test's CPU seconds: the open window's typical test, for the start rule."""
+    def bound(self):
+        """The wall clock the next test must end by, and the budget's name: the overall one or, where it applies
+        and is nearer, the fitted one (less the LDB phase's reserve while the spectrum's passing tests run)."""
+        fitted = self.deadline is not None and (self.passing_phase or self.ldb_phase or self.failing is None)
+        if not fitted:
+            return self.overall, self.overall_name
+        deadline = self.deadline - (self.failing_wall_s if self.reserve else 0.0)
+        if deadline >= self.overall:
+            return self.overall, self.overall_name
+        reserve = f", less {self.failing_wall_s:.1f}s kept for the LDB phase" if self.reserve else ""
+        return deadline, self.fit_why + reserve
+
+    def ran(self, cpu_s, wall_s=0.0):
+        """A started test's CPU seconds: the open window's typical test, for the start rule; a failing test's wall
+        seconds: what the LDB phase's reserve holds."""
         if self.window_end is not None:
             self.costs.append(cpu_s)
+        if not self.passing_phase:
+            self.failing_wall_s += wall_s
 
     def window(self, share, what):
         """From now, `share` of the failing phase's CPU seconds (at least the floor); the overall wall budget still
@@ -626,7 +661,7 @@ class Plugin:
             test["message"] = f"{timeout_message(timer, limit, cpu_s)}; {test['message']}"
         test["duration_s"] = round(time.time() - test.pop("started"), 3)
         test["cpu_s"] = round(cpu_s, 3)
-        self.budget.ran(cpu_s)
+        self.budget.ran(cpu_s, test["duration_s"])
         test["lines"], test["recent"], test["blocks"] = self.tracer.take()
         if test.pop("screen", False):
             self.screen.keep(test, self.tracer.take_entered())
@@ -864,7 +899,7 @@ class LdbPhase:
         self.tracer.failing = failing
         cpu = cpu_now()
         budget = Budget(dict(self.options, failing=failing, select=None), now, cpu_started=cpu,
-                        phase_floor=cpu if spectrum_phase is None else spectrum_phase)
+                        phase_floor=cpu if spectrum_phase is None else spectrum_phase, ldb_phase=True)
         run = make_runner(budget)
         ids = failing + passing
         for index, nodeid in enumerate(ids):
@@ -1003,7 +1038,7 @@ def _plain_one(nodeid, budget, tracer, phase=None, screen=False):
     record.update(_call_plain(test, tracer, limit))
     record["duration_s"] = round(time.time() - began, 3)
     record["cpu_s"] = round(cpu_now() - cpu, 3)
-    budget.ran(record["cpu_s"])
+    budget.ran(record["cpu_s"], record["duration_s"])
     record["lines"], record["recent"], record["blocks"] = tracer.take()
     if screen:
         record["entered"] = tracer.take_entered()
@@ -1379,6 +1414,8 @@ def main(argv):
         options = json.load(handle)
     sink = Sink(options["output"])
     sink.write({"kind": "start", "python": sys.version.split()[0], "pid": os.getpid()})
+    if options.get("fit_s") is not None:  # the fitted budget on this clock: imports and collection count in it
+        options["deadline"] = started + options["fit_s"]
     sys.dont_write_bytecode = True
     os.chdir(options["root"])
     if options.get("mode") == "mutants":

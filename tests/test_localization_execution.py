@@ -255,13 +255,13 @@ def test_the_passing_tests_get_the_failing_phases_share_of_cpu_and_none_starts_w
     monkeypatch.setattr(trace_runner.time, "time", lambda: wall[0])
     budget = trace_runner.Budget({"failing": ["t.py::f"], "passing_share": 1.0, "passing_floor_s": 10.0}, 1000.0)
     cpu[0], wall[0] = 3.0, 1003.0
-    assert budget.limit("t.py::f") == (60.0, 120.0)  # a failing test: its own CPU limit, a wall cap of twice it
+    assert budget.limit("t.py::f") == trace_runner.Limit(60.0, 120.0)  # a failing test: its own CPU limit, a wall cap of twice it
     cpu[0], wall[0] = 30.0, 1200.0  # 30 CPU s of failing phase, on a loaded machine: the wall does not count
-    assert budget.limit("t.py::p1") == (30.0, 120.0)  # each passing test at most the phase's CPU, 10x as wall
+    assert budget.limit("t.py::p1") == trace_runner.Limit(30.0, 120.0)  # each passing test at most the phase's CPU, 10x as wall
     for _ in range(13):
         budget.ran(2.0)  # 13 passing tests of 2 CPU s each (and 1 s between them)
     cpu[0] = 57.0
-    assert budget.limit("t.py::p14") == (30.0, 120.0)  # 3 of 30 CPU s left, over half a typical test: it starts
+    assert budget.limit("t.py::p14") == trace_runner.Limit(30.0, 120.0)  # 3 of 30 CPU s left, over half a typical test: it starts
     budget.ran(2.2)  # and may use its own limit, not only what was left
     cpu[0] = 59.2
     assert budget.limit("t.py::p15") is None  # 0.8 CPU s left: under half the median test's 2 CPU s, not started

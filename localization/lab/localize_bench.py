@@ -305,24 +305,25 @@ def execution_signals(runtime, tests, budget_s: float, mbfl: bool = False, *, pr
     """`traceback` and the execution localizers (`spectrum`, `ldb`, `test_names`, `mentions` of
     `problem_statement`) from the oracle's failing tests in `runtime`, what the runs cost, and the spectrum's line
     records; `mbfl`, `predicates`, `insertion`: also those targeted signals (`targeted_signals`)."""
-    from pinpoint.localization.execution import run_traced
+    from pinpoint.localization.execution import own_run
     from pinpoint.localization.failing_tests import ExecutionSignals, FailingTests
     from pinpoint.localization.retrieval import RetrievalLocalizer
     from pinpoint.localization.suspects import LocalizationRequest
 
-    started = time.monotonic()  # the baseline: the failing tests alone, untraced, interpreter start included
-    run_traced(runtime, tests.failing, failing=tests.failing, budget_s=budget_s, trace=False)
-    own_run = round(time.monotonic() - started, 2)
+    own = own_run(runtime, tests.failing, budget_s=budget_s)  # the baseline: the failing tests alone, untraced
     started = time.monotonic()
-    execution = ExecutionSignals(runtime, FailingTests("oracle", tests.failing, tests.passing), budget_s)
+    execution = ExecutionSignals(runtime, FailingTests("oracle", tests.failing, tests.passing), budget_s, own=own)
     execution.collect()
     request = LocalizationRequest(problem_statement=problem_statement, test_output=execution.failure_output())
-    signals = {"traceback": RetrievalLocalizer(runtime, "tests").localize(request),
-               **{loc.name: loc.localize(request) for loc in execution.localizers()}}
+    ranked = {loc.name: loc.localize(request) for loc in execution.localizers()}
+    execution_seconds = round(time.monotonic() - started, 1)
+    started = time.monotonic()  # the failure output's retrieval (a `git grep`) runs nothing: timed apart
+    signals = {"traceback": RetrievalLocalizer(runtime, "tests").localize(request), **ranked}
     evidence = execution.spectrum
-    cost = {"execution_seconds": round(time.monotonic() - started, 1),
+    cost = {"execution_seconds": execution_seconds, "traceback_seconds": round(time.monotonic() - started, 1),
             "failing_test_seconds": round(sum(t.duration_s for t in evidence.failing), 2),
-            "failing_run_seconds": own_run,
+            "failing_run_seconds": own.seconds, "own_outside_s": own.outside_s, "fit_s": round(own.fit_s(), 1),
+            "traced_wall_s": evidence.wall_s,
             "traced": evidence.summary(), "failing_failed": len(evidence.failing), "failing_given": len(tests.failing)}
     if (mbfl or predicates or insertion) and evidence.failing:
         signals.update(targeted_signals(runtime, evidence, signals["spectrum"], execution.tests, cost,
@@ -512,7 +513,8 @@ def own_run(cost: dict) -> float:
 def execution_cost(costs: Sequence[dict]) -> str:
     """Tracing's cost beside the failing tests' own run (the budget: 3x that, plus 30 s): their untraced run in the
     box, interpreter start and collection included (`failing_run_seconds`; rows cached before it was measured fall
-    back to the failing tests' call phase, `failing_test_seconds`)."""
+    back to the failing tests' call phase, `failing_test_seconds`). `execution_seconds`: the spectrum + LDB run with
+    its localizers' ranking; rows from this change on time the `traceback` signal's retrieval apart."""
     within = sum(c["execution_seconds"] <= 3 * own_run(c) + 30 for c in costs)
     traced = sorted(c["execution_seconds"] for c in costs)
     owns = sorted(own_run(c) for c in costs)
