@@ -87,3 +87,33 @@ def test_the_fitted_budget_binds_passing_tests_and_the_ldb_phase_but_not_the_spe
 def test_the_fitted_budget_is_3x_the_own_run_plus_30_s_less_what_is_paid_outside_the_runners_clock_and_after_it():
     assert OwnRun(2.0, 1.5).fit_s() == 6.0 + 30.0 - 1.5 - 5.0 and OwnRun(0.1, 40.0).fit_s() == 0.0
     assert OwnRun(2.0, 0.5).fit_s(factor=1.0, slack_s=0.0, reserve_s=0.0) == 1.5
+
+
+INSTANCE = "psf__requests-6028"
+#: a passing test written into the instance's tree: it sleeps far past any budget
+SLOW_TEST = "tests/test_pinpoint_sleeps.py"
+
+
+@pytest.mark.docker
+def test_in_a_real_instance_container_a_slow_passing_test_stops_at_the_fitted_budget(docker_client):
+    from pinpoint.environments.docker_runtime import DockerRuntime
+    from pinpoint.swebench_eval.datasets import load_instances
+    from pinpoint.swebench_eval.images import build_instance_image
+
+    instance = load_instances(ids=[INSTANCE])[0]
+    with DockerRuntime(build_instance_image(instance).tag, workdir="/testbed", network=False) as runtime:
+        runtime.write_file("/tmp/pinpoint-test.patch", instance.test_patch)
+        assert runtime.run("git apply /tmp/pinpoint-test.patch").ok
+        runtime.write_file(SLOW_TEST, "import time\n\n\ndef test_sleeps():\n    time.sleep(600)\n")
+        failing, passing = list(instance.FAIL_TO_PASS), list(instance.PASS_TO_PASS)[:5]
+        own = own_run(runtime, failing)
+        evidence = run_traced(runtime, [*failing, f"{SLOW_TEST}::test_sleeps", *passing], failing=failing,
+                              ldb_top=1, fit_s=own.fit_s(slack_s=3.0, reserve_s=0.0))
+    runs = {t.nodeid: t for t in evidence.tests}
+    assert evidence.status == "finished", evidence.log_tail
+    assert all(runs[t].outcome == "failed" for t in failing)
+    sleeper = runs[f"{SLOW_TEST}::test_sleeps"]
+    assert sleeper.outcome in ("timeout", "not_run") and "fitted budget" in sleeper.message, sleeper.message
+    assert all(runs[t].outcome == "not_run" and "fitted budget" in runs[t].message for t in passing)
+    lines = rank_lines(evidence)  # the failing tests' lines, none of the sleeper's partial run
+    assert lines and lines[0].ef == len(failing) and lines[0].passed == 0
