@@ -37,13 +37,14 @@ def test_a_pytest_command_is_read_as_its_selection_options_and_interpreter():
 def test_the_commands_failing_test_ranks_the_buggy_line_first_and_leaves_the_tree_clean(demo):
     with LocalRuntime(demo.path) as runtime:
         execution = ExecutionSignals(runtime, pytest_selection(demo.task.test_command), budget_s=120)
-        spectrum, ldb, named = (loc.localize(LocalizationRequest()) for loc in execution.localizers())
+        spectrum, ldb, named, mentions = (loc.localize(LocalizationRequest()) for loc in execution.localizers())
         assert runtime.diff() == ""
     (line,) = demo.buggy_lines
     assert (spectrum[0].path, spectrum[0].start_line) == (demo.buggy_path, line)
     assert any(s.start_line <= line <= s.end_line for s in ldb[:1])
     assert [t.nodeid for t in execution.spectrum.failing] == ["tests/test_truncate_number.py::test_truncate_number"]
     assert named == []  # test_truncate_number.py is named after a function, not after a module it ran
+    assert mentions == []  # no issue text names anything
     assert len(execution.spectrum.passing) == 4
     assert "test_truncate_number" in execution.failure_output()
 

@@ -229,18 +229,21 @@ def test_a_fix_run_on_local_code_heat_map_patched_line_and_test_output(fix_run, 
 
 
 def test_the_fused_list_is_in_score_order_with_the_spectrum_lead():
-    """The spectrum's lead lines go first (fusion.lead_with_lines); their scores say so, for `show` and the page."""
-    from pinpoint.localization.fusion import fuse
+    """Where a rule leads with the spectrum's lines (fusion.lead_with_lines; `FusionRule`'s field defaults do, the
+    default rule does not), they go first and their scores say so, for `show` and the page."""
+    from pinpoint.localization.fusion import FusionRule, fuse
     from pinpoint.localization.suspects import Suspect
 
     spectrum = [Suspect("a.py", 7, 7, 0.9, "spectrum"), Suspect("a.py", 1, 20, 0.5, "spectrum")]
     retrieval = [Suspect("a.py", 1, 20, 0.8, "retrieval"), Suspect("a.py", 3, 3, 0.7, "retrieval"),
                  Suspect("b.py", 2, 2, 0.6, "retrieval")]
     lexical = [Suspect("a.py", 3, 3, 0.9, "lexical")]
-    fused = fuse({"spectrum": spectrum, "retrieval": retrieval, "lexical": lexical})
-    assert (fused[0].path, fused[0].start_line) == ("a.py", 7)  # the lead, as before
+    fused = fuse({"spectrum": spectrum, "retrieval": retrieval, "lexical": lexical}, rule=FusionRule())
+    assert (fused[0].path, fused[0].start_line) == ("a.py", 7)  # the lead
     assert [s.score for s in fused] == sorted((s.score for s in fused), reverse=True)
     assert fused[0].evidence.startswith("[spectrum lead #1")
+    by_default = fuse({"spectrum": spectrum, "retrieval": retrieval, "lexical": lexical})
+    assert [s.score for s in by_default] == sorted((s.score for s in by_default), reverse=True)
 
 
 def test_a_span_is_one_ranked_entry_and_the_gold_rank_counts_entries():
