@@ -174,10 +174,14 @@ def line_variant_fusion(members: dict[str, list[Suspect]], signals: dict[str, li
 
 
 # -- the rows and the table -----------------------------------------------------------------------------------------
-def scored_rows(rows: Sequence[dict], texts: Mapping[str, Mapping[str, str]]) -> list[dict]:
+#: a row's extra rankings beside the shipped choices: (row, its fused members, every signal it kept) -> name -> fused
+#: ranking (None: the row has no such ranking, so `fusion_choice` reads it as its plain `fused`)
+Rankings = Callable[[dict, dict[str, list[Suspect]], dict[str, list[Suspect]]], Mapping[str, list[Suspect] | None]]
+
+
+def scored_rows(rows: Sequence[dict], rankings: Rankings) -> list[dict]:
     """Each cached oracle row (backfilled) as `fusion_choice` reads rows: its repository and every candidate's
-    hits (`fusion_choice.CHOICES` and `LINE_VARIANTS`), recomputed from the kept suspects and line records;
-    `texts`: per instance, the files at its base commit (for statement kinds)."""
+    hits (`fusion_choice.CHOICES` and what `rankings` adds), recomputed from the kept suspects and line records."""
     from pinpoint.localization.lab import localize_bench as lb
 
     out = []
@@ -185,24 +189,30 @@ def scored_rows(rows: Sequence[dict], texts: Mapping[str, Mapping[str, str]]) ->
         signals, _ = lb.row_inputs(row)
         members = {n: s for n, s in signals.items() if n in lb.FUSED["oracle"] and s}
         gold, sources = lb.row_gold(row), lb.row_sources(row)
-        files = texts.get(row["instance_id"], {})
-        cache: dict[str, dict[int, str]] = {}
-
-        def kinds_of(path: str, files=files, cache=cache) -> Mapping[int, str]:
-            if path not in cache:
-                cache[path] = statement_kinds(files[path]) if path in files else {}
-            return cache[path]
-
         ranked = {"fused": fuse(members)}
         for name in fc.CHOICES:
             if name in fc.VARIANTS and (f := fc.variant_fusion(members, signals, fc.VARIANTS[name])) is not None:
                 ranked[name] = f
-        for name, variant in LINE_VARIANTS.items():
-            if (f := line_variant_fusion(members, signals, row.get("lines", []), kinds_of, variant)) is not None:
-                ranked[name] = f
+        ranked |= {n: f for n, f in rankings(row, members, signals).items() if f is not None}
         out.append({"instance_id": row["instance_id"], "repo": row["repo"],
                     "signals": {n: lb.ranking_hits(f, gold, sources) for n, f in ranked.items()}})
     return out
+
+
+def line_rankings(texts: Mapping[str, Mapping[str, str]]) -> Rankings:
+    """`LINE_VARIANTS` over a row; `texts`: per instance, the files at its base commit (for statement kinds)."""
+    def rankings(row: dict, members: dict[str, list[Suspect]], signals: dict[str, list[Suspect]]
+                 ) -> dict[str, list[Suspect] | None]:
+        files, cache = texts.get(row["instance_id"], {}), {}
+
+        def kinds_of(path: str) -> Mapping[int, str]:
+            if path not in cache:
+                cache[path] = statement_kinds(files[path]) if path in files else {}
+            return cache[path]
+
+        return {name: line_variant_fusion(members, signals, row.get("lines", []), kinds_of, variant)
+                for name, variant in LINE_VARIANTS.items()}
+    return rankings
 
 
 #: the columns: the issue's four targets, plain and in expectation over ties
@@ -216,20 +226,27 @@ def held_out(rows: Sequence[dict], choices: Sequence[str]) -> tuple[dict[str, fl
 
 
 def format_line_order(rows: Sequence[dict]) -> str:
-    """Every variant on all rows, then the choice procedure held out: `fusion_choice.CHOICES` as shipped, with each
-    variant added alone, with each family's weights added together, and with every variant added."""
+    """`format_variants` over `LINE_VARIANTS` and `FAMILIES`."""
+    return format_variants(rows, tuple(LINE_VARIANTS), FAMILIES, "line order")
+
+
+def format_variants(rows: Sequence[dict], names: Sequence[str], families: Mapping[str, Sequence[str]],
+                    title: str) -> str:
+    """Every variant of `names` on all rows, then the choice procedure held out: `fusion_choice.CHOICES` as
+    shipped, with each variant added alone, with each family's weights added together, and with every variant
+    added."""
     def figures(values: Mapping[str, float]) -> str:
         objective = sum(values[m] for m in fc.OBJECTIVE) / len(fc.OBJECTIVE)
         return "".join(f"{values[m]:>12.3f}" for m in COLUMNS) + f"{objective:>11.3f}"
 
     head = f"{'':<34}" + "".join(f"{m:>12}" for m in COLUMNS) + f"{'objective':>11}"
-    lines = [f"line order: {len(rows)} rows, {len({r['repo'] for r in rows})} repositories; all rows (in sample)",
+    lines = [f"{title}: {len(rows)} rows, {len({r['repo'] for r in rows})} repositories; all rows (in sample)",
              head]
-    for name in (fc.AGENT_DEFAULT, *LINE_VARIANTS):
+    for name in (fc.AGENT_DEFAULT, *names):
         lines.append(f"{name:<34}" + figures({m: fc.metric(rows, name, m) for m in COLUMNS}))
     lines += ["held out (leave one repository out; picks: how many of the folds chose the added variants)", head]
-    candidates = {"CHOICES (shipped)": ()} | {f"+ {n}": (n,) for n in LINE_VARIANTS} | {
-        f"+ family {f}": names for f, names in FAMILIES.items()} | {"+ every variant": tuple(LINE_VARIANTS)}
+    candidates = {"CHOICES (shipped)": ()} | {f"+ {n}": (n,) for n in names} | {
+        f"+ family {f}": tuple(members) for f, members in families.items()} | {"+ every variant": tuple(names)}
     for label, added in candidates.items():
         choices = (*fc.CHOICES, *added)
         values, picks = held_out(rows, choices)
@@ -239,16 +256,14 @@ def format_line_order(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def load_rows(cache: Path, instances: Sequence[str] | None) -> tuple[list[dict], dict[str, dict[str, str]]]:
+    """The cached oracle `--mbfl` rows of `instances` (default: every one in `cache`), backfilled, without those
+    that failed or are not dev rows; and per row the files its line records name, read at its base commit."""
     from pinpoint.localization.lab import localize_bench as lb
     from pinpoint.swebench_eval.sources import RepoSources
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, default=lb.ROWS_DIR, help="a `bench localize --cache` folder")
-    parser.add_argument("--instances", nargs="*", help="only these rows (default: every cached oracle --mbfl row)")
-    args = parser.parse_args(argv)
-    folder = args.cache / f"oracle-mbfl-v{lb.ROW_VERSION}"
-    ids = args.instances or sorted(p.name.removesuffix(".json.gz") for p in folder.glob("*.json.gz"))
+    folder = cache / f"oracle-mbfl-v{lb.ROW_VERSION}"
+    ids = instances or sorted(p.name.removesuffix(".json.gz") for p in folder.glob("*.json.gz"))
     known = lb.dataset_rows(set(ids))
     rows, texts, sources = [], {}, RepoSources()
     for iid in ids:
@@ -259,7 +274,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(lb.backfilled(row, instance))
         paths = list(dict.fromkeys(r["path"] for r in row.get("lines", [])))
         texts[iid] = lb.files_at(sources.git_dir(instance.repo), instance.base_commit, paths)
-    print(format_line_order(scored_rows(rows, texts)))
+    return rows, texts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pinpoint.localization.lab import localize_bench as lb
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=lb.ROWS_DIR, help="a `bench localize --cache` folder")
+    parser.add_argument("--instances", nargs="*", help="only these rows (default: every cached oracle --mbfl row)")
+    args = parser.parse_args(argv)
+    rows, texts = load_rows(args.cache, args.instances)
+    print(format_line_order(scored_rows(rows, line_rankings(texts))))
     return 0
 
 
