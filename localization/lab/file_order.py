@@ -76,8 +76,10 @@ FILE_VARIANTS: dict[str, FileVariant] = {
     "fused_families_k1": FileVariant((EXECUTION_FAMILY, TEXT_FAMILY), k=1.0),
     "fused_families_agree": FileVariant((EXECUTION_FAMILY, TEXT_FAMILY), worst=True),
 }
-#: the family variants judged together (how to combine the families is part of what the procedure chooses)
-FILE_FAMILIES: dict[str, tuple[str, ...]] = {"families": ("fused_families", "fused_families_k1",
+#: variants judged together: k (the rank constant is part of what the procedure chooses), and every way of
+#: combining the two families
+FILE_FAMILIES: dict[str, tuple[str, ...]] = {"k": ("fused_families", "fused_families_k1"),
+                                             "families": ("fused_families", "fused_families_k1",
                                                           "fused_families_agree")}
 
 
