@@ -23,10 +23,8 @@ docs/bench/localize-loro25 --instances <ids>` prints the miss table and the held
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from pinpoint.localization.fusion import NAMED, refine_files
 from pinpoint.localization.lab import fusion_choice as fc
@@ -205,13 +203,7 @@ def file_misses(rows: Sequence[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pinpoint.localization.lab import localize_bench as lb
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cache", type=Path, default=lb.ROWS_DIR, help="a `bench localize --cache` folder")
-    parser.add_argument("--instances", nargs="*", help="only these rows (default: every cached oracle --mbfl row)")
-    args = parser.parse_args(argv)
-    rows, _ = lo.load_rows(args.cache, args.instances)
+    rows, _ = lo.rows_from_args(argv, __doc__.split("\n\n")[0], with_texts=False)  # no statement kinds here
     print(file_misses(rows))
     print(lo.format_variants(lo.scored_rows(rows, file_rankings), tuple(FILE_VARIANTS), FILE_FAMILIES, "file order"))
     return 0

@@ -189,13 +189,10 @@ def scored_rows(rows: Sequence[dict], rankings: Rankings) -> list[dict]:
         signals, _ = lb.row_inputs(row)
         members = {n: s for n, s in signals.items() if n in lb.FUSED["oracle"] and s}
         gold, sources = lb.row_gold(row), lb.row_sources(row)
-        ranked = {"fused": fuse(members)}
-        for name in fc.CHOICES:
-            if name in fc.VARIANTS and (f := fc.variant_fusion(members, signals, fc.VARIANTS[name])) is not None:
-                ranked[name] = f
-        ranked |= {n: f for n, f in rankings(row, members, signals).items() if f is not None}
-        out.append({"instance_id": row["instance_id"], "repo": row["repo"],
-                    "signals": {n: lb.ranking_hits(f, gold, sources) for n, f in ranked.items()}})
+        hits = lb.evaluate_row(signals, "oracle", gold, sources)  # the shipped choices, as the bench scores them
+        hits |= {n: lb.ranking_hits(f, gold, sources) for n, f in rankings(row, members, signals).items()
+                 if f is not None}
+        out.append({"instance_id": row["instance_id"], "repo": row["repo"], "signals": hits})
     return out
 
 
@@ -256,9 +253,11 @@ def format_variants(rows: Sequence[dict], names: Sequence[str], families: Mappin
     return "\n".join(lines)
 
 
-def load_rows(cache: Path, instances: Sequence[str] | None) -> tuple[list[dict], dict[str, dict[str, str]]]:
+def load_rows(cache: Path, instances: Sequence[str] | None, with_texts: bool = True
+              ) -> tuple[list[dict], dict[str, dict[str, str]]]:
     """The cached oracle `--mbfl` rows of `instances` (default: every one in `cache`), backfilled, without those
-    that failed or are not dev rows; and per row the files its line records name, read at its base commit."""
+    that failed or are not dev rows; and, `with_texts`, per row the files its line records name, read at its base
+    commit."""
     from pinpoint.localization.lab import localize_bench as lb
     from pinpoint.swebench_eval.sources import RepoSources
 
@@ -272,19 +271,26 @@ def load_rows(cache: Path, instances: Sequence[str] | None) -> tuple[list[dict],
             continue
         instance = known[iid]
         rows.append(lb.backfilled(row, instance))
-        paths = list(dict.fromkeys(r["path"] for r in row.get("lines", [])))
-        texts[iid] = lb.files_at(sources.git_dir(instance.repo), instance.base_commit, paths)
+        if with_texts:
+            paths = list(dict.fromkeys(r["path"] for r in row.get("lines", [])))
+            texts[iid] = lb.files_at(sources.git_dir(instance.repo), instance.base_commit, paths)
     return rows, texts
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def rows_from_args(argv: Sequence[str] | None, description: str, with_texts: bool = True
+                   ) -> tuple[list[dict], dict[str, dict[str, str]]]:
+    """`load_rows` from a lab command's `--cache` and `--instances`."""
     from pinpoint.localization.lab import localize_bench as lb
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--cache", type=Path, default=lb.ROWS_DIR, help="a `bench localize --cache` folder")
     parser.add_argument("--instances", nargs="*", help="only these rows (default: every cached oracle --mbfl row)")
     args = parser.parse_args(argv)
-    rows, texts = load_rows(args.cache, args.instances)
+    return load_rows(args.cache, args.instances, with_texts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    rows, texts = rows_from_args(argv, __doc__.split("\n\n")[0])
     print(format_line_order(scored_rows(rows, line_rankings(texts))))
     return 0
 
