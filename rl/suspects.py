@@ -211,7 +211,27 @@ def _compute_and_cache(task: RlTask, image: str, runtime: Runtime, timeout_s: fl
                                  "seconds": round(seconds, 1), "suspects": [s.to_json() for s in outcome["suspects"]]})
     except OSError as exc:  # the lines are good; only the next reset pays for them again
         return Found(outcome["suspects"], seconds=seconds, failure=f"suspects: not cached: {exc}")
+    prune_stale(path, task.task_id, image)
     return Found(outcome["suspects"], seconds=seconds)
+
+
+def prune_stale(kept: Path, task_id: str, image: str) -> list[Path]:
+    """Remove the cache files (and their locks) of `task_id` on `image` that an older localization version wrote:
+    no process of this version reads them again, and each code change would otherwise leave one per task behind.
+    Files of other images or other agent settings stay (their keys are still asked for). Returns what was removed."""
+    removed = []
+    for other in kept.parent.glob(f"{safe_name(task_id)}-*.json"):
+        try:
+            held = json.loads(other.read_text())
+            stale = (other != kept and held.get("task") == task_id and held.get("image") == image
+                     and held.get("version") != localization_version())
+            if stale:
+                other.unlink()
+                other.with_name(other.name + ".lock").unlink(missing_ok=True)
+                removed.append(other)
+        except (OSError, ValueError, AttributeError):  # unreadable or gone already: another process's business
+            continue
+    return removed
 
 
 def suspects_message(suspects: list[LineSuspect]) -> str:

@@ -169,6 +169,28 @@ def test_a_failed_computation_caches_nothing_and_a_waiter_computes_again(request
     assert found.suspects == [] and not list((tmp_path / "rl-suspects").glob("*.json"))
 
 
+def test_a_new_computation_removes_the_lines_an_older_localization_version_cached_for_the_task(
+        requests_row: RlTask, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PINPOINT_CACHE", str(tmp_path))
+    folder = tmp_path / "rl-suspects"
+    folder.mkdir()
+    stem = requests_row.task_id
+    old = {"task": stem, "image": "an-image", "version": "an-old-version", "suspects": []}
+    (folder / f"{stem}-0ld.json").write_text(json.dumps(old))
+    (folder / f"{stem}-0ld.json.lock").write_text("")
+    (folder / f"{stem}-other-image.json").write_text(json.dumps({**old, "image": "another-image"}))
+    (folder / f"{stem}-not-json.json").write_text("{")
+    monkeypatch.setattr(rl_suspects, "compute", lambda *a: [LineSuspect("requests/models.py", 389, 0.5, ())])
+    found = rl_suspects.oracle_suspects(requests_row, "an-image", None, 60)
+    assert not found.failure and [s.line for s in found.suspects] == [389]
+    left = sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
+    # the old version's file and its lock are gone; another image's lines and a file it cannot read stay
+    assert left == sorted([cache_path(requests_row, "an-image", Config()).name, f"{stem}-not-json.json",
+                           f"{stem}-other-image.json"])
+    assert not (folder / f"{stem}-0ld.json.lock").exists()
+    assert rl_suspects.oracle_suspects(requests_row, "an-image", None, 60).cached  # the new lines are read back
+
+
 def test_prepare_says_a_local_task_has_no_suspects_and_rollout_refuses_an_unknown_mode(
         tmp_path: Path, demo_task: RlTask, capsys: pytest.CaptureFixture) -> None:
     from pinpoint.cli import main
