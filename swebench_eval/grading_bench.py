@@ -40,6 +40,8 @@ class Grading:
     #: pooled only: what the warm reset did, and whether the reinstall was skipped
     reset: str = ""
     install_skipped: bool = False
+    #: pooled only: the eval script's part after the install, which no warm box skips (pooled.WarmState.tests_s)
+    tests_s: float = 0.0
 
 
 def verdicts(report: InstanceReport, instance: Instance, log_path: Path) -> tuple[dict[str, Any], dict[str, str]]:
@@ -69,6 +71,7 @@ def _grade_warm(instance: Instance, patch: str, box: DockerRuntime, timeout: flo
     grading = _grade(instance, patch, runtime=box, timeout=timeout, warm=True)
     state = state_of(box)
     grading.reset, grading.install_skipped = state.last_reset, state.skipped_installs > skipped
+    grading.tests_s = state.tests_s
     return grading
 
 
@@ -115,7 +118,9 @@ def bench_row(instance: Instance, sources: RepoSources, settings: RuntimeSetting
                      "agree": not diffs, "differences": diffs[:20],
                      "fresh_s": round(fresh.seconds, 2), "pooled_s": round(pooled.seconds, 2),
                      "speedup": round(fresh.seconds / pooled.seconds, 2) if pooled.seconds else None,
-                     "install_skipped": pooled.install_skipped, "pooled_reset": pooled.reset}
+                     "install_skipped": pooled.install_skipped, "pooled_reset": pooled.reset,
+                     "pooled_tests_s": round(pooled.tests_s, 2),
+                     "ceiling": round(fresh.seconds / pooled.tests_s, 2) if pooled.tests_s else None}
     row["agree"] = row["gold"]["agree"] and row["empty"]["agree"]
     return row
 
@@ -130,6 +135,7 @@ def bench_grading(instances: list[Instance], sources: RepoSources, settings: Run
             on_row(rows[-1])
     fresh = [r[k]["fresh_s"] for r in rows for k in ("gold", "empty")]
     pooled = [r[k]["pooled_s"] for r in rows for k in ("gold", "empty")]
+    tests = [r[k]["pooled_tests_s"] for r in rows for k in ("gold", "empty")]
     return {
         "rows": rows,
         "rows_agree": sum(r["agree"] for r in rows),
@@ -137,6 +143,8 @@ def bench_grading(instances: list[Instance], sources: RepoSources, settings: Run
         "fresh_s_mean": round(sum(fresh) / len(fresh), 2) if fresh else None,
         "pooled_s_mean": round(sum(pooled) / len(pooled), 2) if pooled else None,
         "speedup_total": round(sum(fresh) / sum(pooled), 2) if pooled and sum(pooled) else None,
+        "pooled_tests_s_mean": round(sum(tests) / len(tests), 2) if tests else None,
+        "ceiling_total": round(sum(fresh) / sum(tests), 2) if tests and sum(tests) else None,
         "installs_skipped": sum(r[k]["install_skipped"] for r in rows for k in ("gold", "empty")),
         "load_average_after": load_average(),
     }
@@ -149,7 +157,8 @@ def format_row(row: dict[str, Any]) -> str:
         r = row[kind]
         parts.append(f"{kind} {r['fresh_outcome']}/{r['pooled_outcome']} {r['tests']} tests "
                      f"fresh {r['fresh_s']:.2f}s pooled {r['pooled_s']:.2f}s ({r['speedup']}x"
-                     f"{', install skipped' if r.get('install_skipped') else ''})")
+                     f"{', install skipped' if r.get('install_skipped') else ''}; its tests {r['pooled_tests_s']:.2f}s,"
+                     f" at most {r['ceiling']}x)")
     parts.append(f"load {' '.join(f'{x:.2f}' for x in row['load_average'])}")
     return "  ".join(parts)
 
@@ -157,6 +166,8 @@ def format_row(row: dict[str, Any]) -> str:
 def format_totals(figures: dict[str, Any]) -> str:
     """The closing line: rows that agree, time per graded patch each way, the ratio, installs skipped, the load."""
     return (f"rows agree {figures['rows_agree']}/{figures['rows_total']}; per graded patch fresh "
-            f"{figures['fresh_s_mean']}s, pooled {figures['pooled_s_mean']}s, fresh/pooled {figures['speedup_total']}x;"
+            f"{figures['fresh_s_mean']}s, pooled {figures['pooled_s_mean']}s, fresh/pooled {figures['speedup_total']}x"
+            f" (its tests alone {figures['pooled_tests_s_mean']}s: at most {figures['ceiling_total']}x for a grader"
+            " that runs them);"
             f" installs skipped {figures['installs_skipped']}/{2 * figures['rows_total']}; load after "
             f"{figures['load_average_after']}")

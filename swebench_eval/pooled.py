@@ -61,6 +61,9 @@ class WarmState:
     verified: bool = False
     #: what the last `warm_reset` did, in words (the bench reports it)
     last_reset: str = ""
+    #: seconds of the last grading's part after the install (test patch applied, tests run, test files restored):
+    #: what every grading that runs the eval script pays, however warm its box
+    tests_s: float = 0.0
     skipped_installs: int = 0
     recreated: int = 0
 
@@ -138,7 +141,7 @@ def run_warm(box: DockerRuntime, script: str, timeout: float) -> CommandResult:
     steps = eval_steps.parse(script)
     runs = _Runs(box, timeout)
     if not eval_steps.has_install(steps):
-        runs.run(script)
+        state.tests_s = runs.run(script).duration_s
     else:
         plain = eval_steps.split(steps)
         runs.run(plain.before)
@@ -152,7 +155,7 @@ def run_warm(box: DockerRuntime, script: str, timeout: float) -> CommandResult:
             _install(box, runs, plain.install, digest, state)
         if not runs.timed_out:
             state.baseline = box.outside_tree(PART_PATHS)
-            runs.run(plain.after)
+            state.tests_s = runs.run(plain.after).duration_s
     if runs.timed_out:
         state.baseline = None
     elif not eval_steps.has_install(steps):

@@ -25,15 +25,18 @@ def test_any_test_status_outcome_or_missing_test_is_a_difference():
 
 def test_format_row_names_both_ways_and_the_load():
     half = {"fresh_outcome": "resolved", "pooled_outcome": "resolved", "tests": 3, "fresh_s": 4.0, "pooled_s": 2.0,
-            "speedup": 2.0}
+            "speedup": 2.0, "pooled_tests_s": 1.6, "ceiling": 2.5}
     line = format_row({"instance": "x__y-1", "agree": True, "gold": half, "empty": half, "load_average": [1, 2, 3]})
-    assert "agree" in line and "fresh 4.00s pooled 2.00s (2.0x)" in line and "load 1.00 2.00 3.00" in line
+    assert "agree" in line and "fresh 4.00s pooled 2.00s (2.0x; its tests 1.60s, at most 2.5x)" in line
+    assert "load 1.00 2.00 3.00" in line
 
 
 def test_the_closing_line_says_how_many_installs_the_warm_boxes_skipped():
     line = format_totals({"rows_agree": 2, "rows_total": 2, "fresh_s_mean": 4.0, "pooled_s_mean": 2.0,
-                          "speedup_total": 2.0, "installs_skipped": 3, "load_average_after": [1.0, 1.0, 1.0]})
+                          "speedup_total": 2.0, "pooled_tests_s_mean": 1.6, "ceiling_total": 2.5,
+                          "installs_skipped": 3, "load_average_after": [1.0, 1.0, 1.0]})
     assert "rows agree 2/2" in line and "fresh/pooled 2.0x" in line and "installs skipped 3/4" in line
+    assert "its tests alone 1.6s: at most 2.5x" in line
 
 
 @pytest.mark.docker
@@ -53,3 +56,6 @@ def test_pooled_gives_the_fresh_per_test_verdicts_on_a_real_row_gold_and_empty()
     assert row["gold"]["differences"] == [] and row["empty"]["differences"] == []
     assert row["agree"] and row["prime_s"] > 0
     assert not row["gold"]["install_skipped"] and not row["empty"]["install_skipped"]
+    for kind in ("gold", "empty"):  # the tests are a part of the pooled grading, so they bound its speedup
+        assert 0 < row[kind]["pooled_tests_s"] < row[kind]["pooled_s"]
+        assert row[kind]["ceiling"] >= row[kind]["speedup"]
