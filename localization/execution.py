@@ -488,6 +488,7 @@ class Sources:
         self.runtime = runtime
         self.texts = dict(files or {})
         self.spans: dict[str, list[FunctionSpan]] = {}
+        self.holders: dict[tuple[str, int], FunctionSpan | None] = {}
 
     def text(self, path: str) -> str | None:
         if path not in self.texts and self.runtime is not None:
@@ -502,6 +503,12 @@ class Sources:
             self.spans[path] = _spans_or_none(self.text(path) or "")
         return self.spans[path]
 
+    def innermost(self, path: str, line: int) -> FunctionSpan | None:
+        """The narrowest function holding `line`, looked up once per line (every ranking of a row asks again)."""
+        if (path, line) not in self.holders:
+            self.holders[(path, line)] = innermost_function(self.functions(path), line)
+        return self.holders[(path, line)]
+
 
 def rank_functions(lines: Sequence[LineScore], sources: Sources, limit: int | None = None) -> list[FunctionScore]:
     """Lines lifted to their innermost function: a function scores as its best line (`lines` is sorted); stops
@@ -510,7 +517,7 @@ def rank_functions(lines: Sequence[LineScore], sources: Sources, limit: int | No
     for score in lines:
         if limit is not None and len(best) >= limit:
             break
-        span = innermost_function(sources.functions(score.path), score.line)
+        span = sources.innermost(score.path, score.line)
         key = (score.path, span.qualname if span else "<module>")
         if key not in best:
             best[key] = FunctionScore(score.path, span, score)

@@ -18,8 +18,12 @@ from pinpoint.localization.suspects import LocalizationRequest, Localizer, Suspe
 LEAD_STEP = 1e-4
 
 
-def _within(inner: Suspect, outer: Suspect) -> bool:
-    return inner.path == outer.path and outer.start_line <= inner.start_line and inner.end_line <= outer.end_line
+def _ranks_by_path(suspects: Sequence[Suspect]) -> dict[str, list[tuple[int, int, int]]]:
+    """(rank, start, end) of each suspect, per path, in rank order: a span is looked up among its own file's only."""
+    index: dict[str, list[tuple[int, int, int]]] = {}
+    for rank, s in enumerate(suspects):
+        index.setdefault(s.path, []).append((rank, s.start_line, s.end_line))
+    return index
 
 
 def reciprocal_rank_fusion(
@@ -35,13 +39,13 @@ def reciprocal_rank_fusion(
     for suspects in ranked.values():
         for s in suspects:
             spans.setdefault((s.path, s.start_line, s.end_line), []).append(s)
+    indexes = {signal: _ranks_by_path(suspects) for signal, suspects in ranked.items()}
     fused = []
     for (path, start, end), members in spans.items():
-        probe = Suspect(path, start, end, 0.0, "fusion")
         score = 0.0
         evidence = []
         for signal, suspects in ranked.items():
-            rank = next((i for i, s in enumerate(suspects) if _within(probe, s)), None)
+            rank = next((i for i, first, last in indexes[signal].get(path, ()) if first <= start and end <= last), None)
             if rank is None:
                 continue
             score += weights.get(signal, 1.0) / (k + rank + 1)

@@ -62,8 +62,9 @@ class Mention:
     weight: float
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def is_test_path(path: str) -> bool:
-    """Test code by the usual layouts (tests/ folders, test_*.py, *_test.py)."""
+    """Test code by the usual layouts (tests/ folders, test_*.py, *_test.py); cached: rankings ask per suspect."""
     parts = path.split("/")
     return any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_") or parts[-1].endswith("_test.py")
 

@@ -4,18 +4,21 @@ repositories' rows only."""
 
 from __future__ import annotations
 
+import pytest
 from pinpoint.localization.lab import diagnostic_signal as ds
 from pinpoint.localization.lab.fusion_choice import AGENT_DEFAULT
 from pinpoint.localization.lab.localize_bench import cached_folder, row_gold
 from pinpoint.localization.suspects import Suspect
 
 
-def _rows() -> list[dict]:
+@pytest.fixture(scope="module")
+def committed_rows() -> list[dict]:
+    """The committed oracle rows, read and scored once for the module (the reading is most of its time)."""
     return [r for r in cached_folder(ds.CACHES[0], "oracle-mbfl") if r["repo"] in ds.REPOS]
 
 
-def test_the_baseline_at_weight_zero_is_the_agents_default_fusion_on_every_committed_row():
-    rows = [r for r in _rows() if AGENT_DEFAULT in r["signals"]]  # a row whose failing test did not fail has none
+def test_the_baseline_at_weight_zero_is_the_agents_default_fusion_on_every_committed_row(committed_rows: list[dict]):
+    rows = [r for r in committed_rows if AGENT_DEFAULT in r["signals"]]  # a row whose failing test did not fail has none
     assert len(rows) >= 32  # the 32 rows the diagnostic was measured on, and the sympy rows measured after
     for row in rows:
         report = ds.row_report(row, [], weights=(0.0,))
@@ -26,8 +29,9 @@ def test_the_baseline_at_weight_zero_is_the_agents_default_fusion_on_every_commi
         assert [(p, spans[(p, a)]) for p, a, _ in ds.top_functions(row, 5)] == names
 
 
-def test_a_diagnostic_that_puts_the_gold_line_first_lifts_it_and_random_counts_ties_in_expectation():
-    row = next(r for r in _rows() if r["signals"][AGENT_DEFAULT]["function@5"]
+def test_a_diagnostic_that_puts_the_gold_line_first_lifts_it_and_random_counts_ties_in_expectation(
+        committed_rows: list[dict]):
+    row = next(r for r in committed_rows if r["signals"][AGENT_DEFAULT]["function@5"]
                and not r["signals"][AGENT_DEFAULT]["line@1"])
     gold = row_gold(row).lines
     functions = ds.top_functions(row, 5)

@@ -106,7 +106,7 @@ def scored_views(suspects: Sequence[Suspect], sources: Sources) -> tuple[list, l
         files.setdefault(s.path, s.score)
         if s.end_line - s.start_line >= 80 and s.start_line == 1:  # a whole file names no function
             continue
-        span = innermost_function(sources.functions(s.path), s.start_line)
+        span = sources.innermost(s.path, s.start_line)
         functions.setdefault((s.path, span.qualname if span else "<module>"), s.score)
     lines = [((p, n), s.score) for p, n, s in top_lines(code, max(LINE_KS), limit=LINE_POOL)]
     return list(files.items()), list(functions.items()), lines
