@@ -10,7 +10,7 @@ FAIL_TO_PASS/PASS_TO_PASS statuses, and every test status the official log parse
 Some rows' test runs are not deterministic even in fresh containers (sympy's runner draws a hash seed per run, and
 a few of its tests then recurse past the limit on some seeds): where the pooled grading differs, the row is graded
 fresh again, up to RECHECKS times, and a pooled status that a fresh grading also gave is the harness's own
-nondeterminism (`flaky`), not the warm box's. A row agrees when no difference is left unexplained; `exact` says
+nondeterminism, not the warm box's (`unexplained` lists the rest). A row agrees when no difference is left unexplained; `exact` says
 whether the first fresh grading already matched.
 """
 
