@@ -9,7 +9,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pinpoint.agent.runner import INFRA_STATUSES, RunResult, run_task
 from pinpoint.agent.state import Task
 from pinpoint.environments.docker_runtime import DockerRuntime
 from pinpoint.environments.errors import PinpointError
+from pinpoint.environments.files import scratch_dir
 from pinpoint.environments.local import LocalRuntime, clone_checkout
 from pinpoint.environments.repo_image import REPO_WORKDIR, VENV, build_repo_image
 from pinpoint.environments.runtime import Runtime
@@ -128,7 +128,7 @@ def create_branch(repo: str, branch: str, commit: str, patch: str, message: str)
                             capture_output=True)
     if exists.returncode == 0:
         raise ValueError(f"branch {branch!r} already exists in {repo}; choose another --branch name")
-    with tempfile.TemporaryDirectory(prefix="pinpoint-branch-") as tmp:
+    with scratch_dir("pinpoint-branch-") as tmp:
         tree = os.path.join(tmp, "tree")
         subprocess.run(["git", "-C", repo, "worktree", "add", "--quiet", "-b", branch, tree, commit], check=True,
                        capture_output=True)
@@ -226,7 +226,7 @@ def fix_repository(request: FixRequest, config: Config, layout: RunLayout, *, fr
     command is checked on HEAD first and run again on the final patch, which is written beside the trajectory.
     The run folder is keyed by `run_key`, so only the same question resumes (or returns) an earlier answer."""
     task = request.task()
-    with tempfile.TemporaryDirectory(prefix="pinpoint-src-") as tmp:
+    with scratch_dir("pinpoint-src-") as tmp:
         source = request.repo
         if not request.is_local:
             source = str(Path(tmp) / "repo")

@@ -3,14 +3,18 @@
 Every result file pinpoint rewrites (trajectory.json, report.json, summary.json, the eval logs) goes through here:
 the text lands in a temporary file in the same folder, is fsynced, and is renamed over the target. A process
 killed mid-write, or a disk that fills up, leaves the previous file (or none); a killed writer's temporary file
-(named with its pid) is removed by the next write of the same file.
+(named with its pid) is removed by the next write of the same file. Temporary folders (a clone, a scratch run
+folder, a build's rootfs) are named with their pid the same way, and the next folder of the same kind removes those
+of processes that are gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
@@ -42,6 +46,35 @@ def _drop_orphans(path: Path) -> None:
         pid = orphan.name[len(path.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)):
             orphan.unlink(missing_ok=True)
+
+
+def process_tempdir(prefix: str, parent: str | None = None) -> Path:
+    """A new folder `<prefix><pid>-<random>` under `parent` (default: the system's temporary folder). The folders
+    of the same prefix whose process is gone (killed, so no cleanup of its own ran) are removed first: a killed
+    `fix`, Ray worker or build leaves its clone or rootfs behind only until the next one starts."""
+    parent = parent or tempfile.gettempdir()
+    for orphan in Path(parent).glob(f"{glob.escape(prefix)}*-*"):
+        pid = orphan.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)) and _own_folder(orphan):
+            shutil.rmtree(orphan, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+
+
+def _own_folder(path: Path) -> bool:
+    try:
+        return path.is_dir() and not path.is_symlink() and path.stat().st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str, parent: str | None = None) -> Iterator[Path]:
+    """A `process_tempdir`, removed when the block ends."""
+    path = process_tempdir(prefix, parent)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:

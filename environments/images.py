@@ -28,7 +28,6 @@ import shlex
 import shutil
 import subprocess
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
@@ -37,6 +36,7 @@ import docker
 import requests
 from pinpoint.environments import engine, image_cache, paths
 from pinpoint.environments.errors import PinpointError
+from pinpoint.environments.files import process_tempdir
 from pinpoint.environments.labels import MANAGED_LABEL, RUN_LABEL, container_labels
 from pinpoint.environments.registry import registry
 
@@ -333,7 +333,7 @@ def _debootstrap_image(python_version: str, tag: str, log) -> None:
         f"debootstrap{'' if _has_debootstrap() else ', after apt-installing debootstrap'}: usually 1-3 minutes on "
         f"2 cores (168 s measured on a bare engine), once per machine; it is then saved as a tarball under "
         f"{image_cache.tarball_dir()} so another machine sharing it loads it in seconds")
-    tmp = Path(tempfile.mkdtemp(prefix="pinpoint-rootfs-", dir=os.environ.get("PINPOINT_BUILD_TMP")))
+    tmp = process_tempdir("pinpoint-rootfs-", os.environ.get("PINPOINT_BUILD_TMP"))
     rootfs = tmp / "rootfs"
     try:
         _check_call([_debootstrap_path(log), "--variant=minbase", f"--include={DEBOOTSTRAP_PACKAGES}", suite,

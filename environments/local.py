@@ -12,12 +12,12 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import weakref
 from pathlib import Path
 
+from pinpoint.environments.files import process_tempdir
 from pinpoint.environments.runtime import RuntimeBroken
 from pinpoint.environments.worktree import GitWorktreeRuntime, OutputBuffer, RawResult
 
@@ -61,8 +61,9 @@ class LocalRuntime(GitWorktreeRuntime):
                  checkout_first_on_path: bool = False) -> None:
         """`checkout_first_on_path`: put the clone (and its `src/`) first on PYTHONPATH of every command, so tests
         import the code under repair even when the caller's environment points at the user's own checkout."""
-        self._root = tempfile.mkdtemp(prefix="pinpoint-local-")
-        # deleted at close(), or when the runtime is garbage-collected / the interpreter exits without close()
+        self._root = str(process_tempdir("pinpoint-local-"))
+        # deleted at close(), or when the runtime is garbage-collected / the interpreter exits without close();
+        # after a SIGKILL, by the next LocalRuntime (`process_tempdir`)
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._root, ignore_errors=True)
         self.workdir = os.path.join(self._root, "repo")
         self._closed = False

@@ -10,13 +10,11 @@ no node needs the runs root on a shared filesystem. The local backend's threads 
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pinpoint.environments.files import write_atomic
+from pinpoint.environments.files import scratch_dir, write_atomic
 from pinpoint.swebench_eval.layout import RunLayout
 
 #: written last, removed first: while it is missing the folder is not taken as finished (a resume redoes it)
@@ -53,8 +51,5 @@ class FolderFiles:
 @contextlib.contextmanager
 def scratch_layout(layout: RunLayout) -> Iterator[RunLayout]:
     """`layout` under a temporary root on this node (same run id and model below it), removed afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="pinpoint-scratch-"))
-    try:
+    with scratch_dir("pinpoint-scratch-") as root:
         yield RunLayout(layout.run_id, layout.model, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

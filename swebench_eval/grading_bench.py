@@ -16,7 +16,6 @@ whether the first fresh grading already matched.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 from pinpoint.environments.bench import load_average
 from pinpoint.environments.docker_runtime import DockerRuntime
+from pinpoint.environments.files import scratch_dir
 from pinpoint.environments.runtime import RuntimeSettings
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.evaluate import InstanceReport, evaluate_patch
@@ -63,7 +63,7 @@ def verdicts(report: InstanceReport, instance: Instance, log_path: Path) -> tupl
 
 
 def _grade(instance: Instance, patch: str, **kwargs: Any) -> Grading:
-    with tempfile.TemporaryDirectory(prefix="pinpoint-bench-grading-") as tmp:
+    with scratch_dir("pinpoint-bench-grading-") as tmp:
         start = time.monotonic()
         report = evaluate_patch(instance, patch, out_dir=Path(tmp), model_name="bench", **kwargs)
         seconds = time.monotonic() - start

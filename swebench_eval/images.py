@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pinpoint.environments.files import scratch_dir
 from pinpoint.environments.images import commit_build_step, ensure_base_image, ensure_image
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.reference import (
@@ -147,7 +147,7 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
 
     def build_reference() -> None:
         start = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="pinpoint-ref-") as workdir:
+        with scratch_dir("pinpoint-ref-") as workdir:
             tree = write_reference_tree(sources, plan.reference, Path(workdir) / "testbed")
             # network: pip fetches the shared dependencies (as of PACKAGES_PRIOR_TO, like every install)
             commit_build_step(plan.env_tag, plan.reference_script, plan.reference_tag, network=True,
@@ -168,7 +168,7 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
 
 def commit_instance_layer(plan: ImagePlan, instance: Instance, sources: RepoSources, tag: str) -> None:
     """Run the instance step on the plan's (existing) reference layer and commit it as `tag`."""
-    with tempfile.TemporaryDirectory(prefix="pinpoint-src-") as workdir:
+    with scratch_dir("pinpoint-instance-src-") as workdir:
         delta = write_commit_delta(sources, plan.reference, instance.base_commit, Path(workdir) / "commit")
         commit_build_step(plan.reference_tag, plan.instance_script, tag, network=True,
                           copy_in={str(delta): COMMIT_DELTA}, labels=_labels("instance", instance),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -163,3 +164,35 @@ def test_a_same_size_edit_right_after_reset_shows_in_the_diff(tmp_path):
         runtime.write_file("m.py", "x = 1 + 2\n")  # same size, same second as the index write
         time.sleep(1.1)
         assert "+x = 1 + 2" in runtime.diff()
+
+
+def _checkout_in_a_process(source) -> tuple[subprocess.Popen, str]:
+    """A Python process holding a LocalRuntime of `source`; returns it and its checkout's folder."""
+    code = ("import sys, time; from pinpoint.environments.local import LocalRuntime; "
+            "r = LocalRuntime(sys.argv[1]); print(r.workdir, flush=True); time.sleep(300)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(source)], stdout=subprocess.PIPE, text=True)
+    return holder, os.path.dirname(holder.stdout.readline().strip())
+
+
+def test_a_killed_process_checkout_is_removed_by_the_next_one_and_a_live_one_is_kept(tmp_path):
+    """SIGKILL runs no cleanup: a killed `fix` or Ray worker would leave its clone in /tmp for good."""
+    src = tmp_path / "src"
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    (src / "a.txt").write_text("a\n")
+    subprocess.run("git add a.txt && git -c user.name=a -c user.email=a@b commit -qm one", shell=True, cwd=src,
+                   check=True)
+    killed, killed_folder = _checkout_in_a_process(src)
+    live, live_folder = _checkout_in_a_process(src)
+    try:
+        killed.kill()
+        killed.wait()
+        assert os.path.isdir(killed_folder)
+        with LocalRuntime(src):
+            assert not os.path.exists(killed_folder)
+            assert os.path.isdir(live_folder)
+    finally:
+        live.kill()
+        live.wait()
+        with LocalRuntime(src):
+            pass
+    assert not os.path.exists(live_folder)
