@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from pinpoint.localization.mentions import NAME as MENTIONS
 from pinpoint.localization.retrieval import is_test_path
 from pinpoint.localization.suspects import LocalizationRequest, Localizer, Suspect
 
@@ -96,10 +97,12 @@ class FusionRule:
 #: the rule before issue 25's leave-one-repository-out choice (predicates fused whole, MBFL only a tie-break)
 PLAIN_RULE = FusionRule(weights=(), floors=())
 #: the agent's rule, chosen leave one repository out among the variants `lab/fusion_choice.py` measures on every
-#: committed oracle row (docs/localization.md, "Lines that name what the issue names"): MBFL a member at half
-#: weight, only the switches that made a failing test pass fused, the best of them leading the top file, and no
-#: spectrum lead: with `mentions` fused, reciprocal rank orders the top file's lines better than the spectrum alone
-DEFAULT_RULE = FusionRule(floors=(("predicates", 0.1),), spectrum_lead=0)
+#: committed oracle row (docs/localization.md, "Lines that name what the issue names" and "`mentions` measured
+#: live"): MBFL a member at half weight, `mentions` at double weight, only the switches that made a failing test
+#: pass fused, the best of them leading the top file, and no spectrum lead: with `mentions` fused, reciprocal rank
+#: orders the top file's lines better than the spectrum alone
+DEFAULT_RULE = FusionRule(weights=(("mbfl", 0.5), (MENTIONS, 2.0)), floors=(("predicates", 0.1),),
+                          spectrum_lead=0)
 
 
 def fuse(per_signal: dict[str, Sequence[Suspect]], files: str = "anchor",

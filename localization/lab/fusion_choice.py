@@ -69,6 +69,8 @@ VARIANTS: dict[str, Variant] = {
     "fused_unmentioned": Variant("spectrum_mbfl", ("mbfl", "predicates"), HALF_MBFL, without=(MENTIONS,)),
     "fused_mentions2": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(
         weights=(*HALF_MBFL.weights, (MENTIONS, 2.0)), floors=())),
+    "fused_noanchor_mentions2": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(
+        weights=(*HALF_MBFL.weights, (MENTIONS, 2.0)), floors=PASSING.floors, spectrum_lead=0)),
 }
 #: what the choice ranks variants by: the issue's four targets, each in expectation over ties, equally weighted
 OBJECTIVE = ("file@1~", "function@5~", "line@1~", "line@10~")
@@ -77,11 +79,13 @@ OBJECTIVE = ("file@1~", "function@5~", "line@1~", "line@10~")
 CHOICES = ("fused_predicates", "fused", "fused_split", "fused_ps", "fused_ps_top", "fused_pass", "fused_pass_nolead",
            "fused_pred_half", "fused_mbfl_half", "fused_mbfl_half_predicates", "fused_targeted",
            "fused_targeted_mbfl1", "fused_predicates_noanchor", "fused_targeted_noanchor", "fused_targeted_unnamed",
-           "fused_unmentioned", "fused_mentions2")
+           "fused_unmentioned", "fused_mentions2", "fused_noanchor_mentions2")
 #: the variant the agent's default fusion is (`fusion.DEFAULT_RULE` with MBFL and predicate switching fused): what
-#: the procedure picks on both committed measurements (168 rows) and in 7 of 8 folds once `mentions` is fused (it
-#: was `fused_mbfl_half_predicates` before `mentions`, `fused_targeted` on the first 32 rows of four repositories)
-AGENT_DEFAULT = "fused_targeted_noanchor"
+#: the procedure picks on both committed measurements (168 rows) and in 8 of 8 folds once `mentions` is measured as
+#: the agent runs it, over every line the failing tests ran (it was `fused_targeted_noanchor` with `mentions` read
+#: from the capped line records, `fused_mbfl_half_predicates` before `mentions`, `fused_targeted` on the first 32
+#: rows of four repositories)
+AGENT_DEFAULT = "fused_noanchor_mentions2"
 
 
 def variant_fusion(members: dict[str, list[Suspect]], signals: dict[str, list[Suspect]],
