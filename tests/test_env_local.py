@@ -126,12 +126,18 @@ def test_close_is_idempotent_and_later_use_is_a_clear_error(requests_repo, reque
         runtime.run("true")
 
 
-def test_default_base_is_the_source_head(tmp_path):
+def one_commit_repo(tmp_path):
+    """A git repository with one commit of one file, a.txt."""
     src = tmp_path / "src"
     subprocess.run(["git", "init", "-q", str(src)], check=True)
     (src / "a.txt").write_text("a\n")
     subprocess.run("git add a.txt && git -c user.name=a -c user.email=a@b commit -qm one", shell=True, cwd=src,
                    check=True)
+    return src
+
+
+def test_default_base_is_the_source_head(tmp_path):
+    src = one_commit_repo(tmp_path)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
     with LocalRuntime(src) as runtime:
         assert runtime.base_commit == head
@@ -176,11 +182,7 @@ def _checkout_in_a_process(source) -> tuple[subprocess.Popen, str]:
 
 def test_a_killed_process_checkout_is_removed_by_the_next_one_and_a_live_one_is_kept(tmp_path):
     """SIGKILL runs no cleanup: a killed `fix` or Ray worker would leave its clone in /tmp for good."""
-    src = tmp_path / "src"
-    subprocess.run(["git", "init", "-q", str(src)], check=True)
-    (src / "a.txt").write_text("a\n")
-    subprocess.run("git add a.txt && git -c user.name=a -c user.email=a@b commit -qm one", shell=True, cwd=src,
-                   check=True)
+    src = one_commit_repo(tmp_path)
     killed, killed_folder = _checkout_in_a_process(src)
     live, live_folder = _checkout_in_a_process(src)
     try:
