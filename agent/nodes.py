@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import posixpath
 import re
+import shlex
 from typing import Any
 
 from pinpoint.agent import prompts
@@ -79,8 +81,10 @@ def view(state: AgentState, ctx: AgentContext) -> dict:
 
 
 # --- reproduce ------------------------------------------------------------------------------------------------------
-#: outside the repository: the script never shows in `diff()`, so it never enters the patch
-REPRODUCE_PATH = "/tmp/pinpoint-reproduce/reproduce.py"
+def reproduce_path(runtime: Runtime) -> str:
+    """Where the reproduction script goes: outside the repository, so it never shows in `diff()` or the patch, and
+    in the runtime's own scratch folder, so two local runs side by side never run each other's script."""
+    return posixpath.join(runtime.scratch_dir, "reproduce.py")
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
@@ -103,8 +107,9 @@ _REPRODUCE_NOTES = {"fails": "fails on the current code, as it should", "passes"
 
 
 def _run_reproduction(script: str, ctx: AgentContext) -> dict:
-    ctx.runtime.write_file(REPRODUCE_PATH, script)
-    result = ctx.runtime.run(f"PYTHONPATH=.:$PYTHONPATH python {REPRODUCE_PATH}",
+    path = reproduce_path(ctx.runtime)
+    ctx.runtime.write_file(path, script)
+    result = ctx.runtime.run(f"PYTHONPATH=.:$PYTHONPATH python {shlex.quote(path)}",
                              timeout=ctx.config.agent.reproduce_timeout_s)
     status = "timed_out" if result.timed_out else ("passes" if result.exit_code == 0 else "fails")
     return {"status": status, "exit_code": result.exit_code, "output": result.output[-4000:], "script": script}
@@ -144,7 +149,7 @@ def _arm_reproduction(state: AgentState, sources: list) -> None:
     if (state.get("reproduction") or {}).get("status") == "fails":
         for source in sources:
             if source.tests is None:
-                source.tests = reproduction_tests(REPRODUCE_PATH)
+                source.tests = reproduction_tests(reproduce_path(source.runtime))
 
 
 def execution_sources(localizers: list[Localizer]) -> list:

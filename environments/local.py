@@ -66,6 +66,7 @@ class LocalRuntime(GitWorktreeRuntime):
         # after a SIGKILL, by the next LocalRuntime (`process_tempdir`)
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._root, ignore_errors=True)
         self.workdir = os.path.join(self._root, "repo")
+        self.scratch_dir = os.path.join(self._root, "scratch")  # not the host's shared /tmp: runs side by side
         self._closed = False
         self._env: dict[str, str] = {}
         if checkout_first_on_path:

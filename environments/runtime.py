@@ -90,6 +90,9 @@ class Runtime(abc.ABC):
     workdir: str
     #: sha of the commit the working tree started from; `diff()` and `reset()` are relative to it
     base_commit: str
+    #: absolute folder outside the repository, private to this runtime, for files its commands run that must never
+    #: enter the patch (the agent's reproduction script); a container's own /tmp, a local checkout's own folder
+    scratch_dir: str = "/tmp/pinpoint-scratch"
 
     @abc.abstractmethod
     def run(self, command: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:

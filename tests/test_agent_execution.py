@@ -6,12 +6,13 @@ are real."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from fake_llm_server import FakeScriptedLLMServer, tool_call
 from pinpoint.agent.config import load_config
 from pinpoint.agent.demo import build_demo_repo
-from pinpoint.agent.nodes import REPRODUCE_PATH
+from pinpoint.agent.nodes import reproduce_path
 from pinpoint.agent.runner import make_clients, run_task
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization.failing_tests import ExecutionSignals, pytest_selection
@@ -86,11 +87,15 @@ def _reproduce_run(demo, tmp_path, first_reply):
         with LocalRuntime(demo.path) as runtime:
             result = run_task(no_oracle, runtime, config, run_dir=tmp_path / "run", clients=make_clients(config.llm))
             tree = runtime.diff()
-    return result, json.loads(result.trajectory.read_text()), tree
+            script = reproduce_path(runtime)
+            # outside the tree, in this checkout's own folder (not the host's shared /tmp), gone with the checkout
+            assert not script.startswith(runtime.workdir) and script.startswith(os.path.dirname(runtime.workdir))
+    assert not os.path.exists(script)
+    return result, json.loads(result.trajectory.read_text()), tree, script
 
 
 def test_a_failing_reproduction_feeds_localization_and_stays_out_of_the_patch(demo, tmp_path):
-    result, trajectory, tree = _reproduce_run(demo, tmp_path, REPRO)
+    result, trajectory, tree, script = _reproduce_run(demo, tmp_path, REPRO)
     nodes = [e["node"] for e in trajectory["events"] if e["kind"] == "node"]
     assert nodes[:3] == ["view", "reproduce", "localize"]
     (event,) = [e for e in trajectory["events"] if e["kind"] == "reproduce"]
@@ -101,7 +106,7 @@ def test_a_failing_reproduction_feeds_localization_and_stays_out_of_the_patch(de
     (execution,) = [e for e in trajectory["events"] if e["kind"] == "execution"]
     assert execution["source"] == "reproduce"
     outcomes = {t["nodeid"]: t["outcome"] for t in execution["spectrum"]["tests"]}
-    assert outcomes[f"script::{REPRODUCE_PATH}"] == "failed"
+    assert outcomes[f"script::{script}"] == "failed"
     assert all(t["cpu_s"] >= 0 and t["seconds"] > 0 for t in execution["spectrum"]["tests"])  # what each cost
     top = localize["signals"]["spectrum"][0]
     assert (top["path"], top["start_line"]) == (demo.buggy_path, demo.buggy_lines[0])
@@ -112,7 +117,7 @@ def test_a_failing_reproduction_feeds_localization_and_stays_out_of_the_patch(de
 def test_a_reproduction_that_passes_or_is_missing_is_recorded_and_the_run_goes_on(demo, tmp_path):
     passing = "```python\nprint('all good')\n```"
     for reply, status in ((passing, "passes"), ("I cannot write one.", "no_script")):
-        result, trajectory, _ = _reproduce_run(demo, tmp_path / status, reply)
+        result, trajectory, _, _ = _reproduce_run(demo, tmp_path / status, reply)
         (event,) = [e for e in trajectory["events"] if e["kind"] == "reproduce"]
         assert event["status"] == status and result.status == "submitted"
 
