@@ -254,7 +254,7 @@ def run_traced(
     budget's rules (`TraceLimits`); `per_test_timeout` is each test's CPU limit. `fit_s`: the fitted wall budget on
     the runner's clock (`OwnRun.fit_s`) the passing tests and the LDB phase stop at (the runner's `Budget`)."""
     began = time.monotonic()
-    folder = f"/tmp/pinpoint-trace-{uuid.uuid4().hex[:12]}"
+    folder = f"{runtime.scratch_dir}/trace-{uuid.uuid4().hex[:12]}"  # outside the tree, the runtime's own
     options = {"root": runtime.workdir, "tests": list(tests), "output": f"{folder}/results.jsonl",
                "budget_s": budget_s, "per_test_timeout": per_test_timeout, "pytest_args": list(pytest_args),
                "targets": [t.to_json() for t in targets], "failing": list(failing) if failing else None,

@@ -270,7 +270,7 @@ def run_mutants(runtime: Runtime, evidence: ExecutionEvidence, planned: Sequence
 
 def _run_runner(runtime: Runtime, options: dict, python: str, limit: float) -> tuple[dict[str, dict], str, str]:
     """The trace runner in mutation mode; its `mutant` records by id, the run's status and error."""
-    folder = f"/tmp/pinpoint-mbfl-{uuid.uuid4().hex[:12]}"
+    folder = f"{runtime.scratch_dir}/mbfl-{uuid.uuid4().hex[:12]}"  # outside the tree, the runtime's own
     options["output"] = f"{folder}/results.jsonl"
     runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
     runtime.write_file(f"{folder}/input.json", json.dumps(options))
