@@ -14,7 +14,9 @@ import contextlib
 import glob
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
@@ -49,15 +51,22 @@ def _drop_orphans(path: Path) -> None:
 
 
 def process_tempdir(prefix: str, parent: str | None = None) -> Path:
-    """A new folder `<prefix><pid>-<random>` under `parent` (default: the system's temporary folder). The folders
-    of the same prefix whose process is gone (killed, so no cleanup of its own ran) are removed first: a killed
-    `fix`, Ray worker or build leaves its clone or rootfs behind only until the next one starts."""
+    """A new folder `<prefix><host>.<pid>-<random>` under `parent` (default: the system's temporary folder). The
+    folders of the same prefix and host whose process is gone (killed, so no cleanup of its own ran) are removed
+    first: a killed `fix`, Ray worker or build leaves its clone or rootfs behind only until the next one starts. The
+    host's name keeps a folder shared by several machines from losing another machine's live folders."""
     parent = parent or tempfile.gettempdir()
-    for orphan in Path(parent).glob(f"{glob.escape(prefix)}*-*"):
-        pid = orphan.name[len(prefix):].split("-", 1)[0]
+    mine = f"{prefix}{_host()}."
+    for orphan in Path(parent).glob(f"{glob.escape(mine)}*-*"):
+        pid = orphan.name[len(mine):].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)) and _own_folder(orphan):
             shutil.rmtree(orphan, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-", dir=parent))
+
+
+def _host() -> str:
+    """This machine's name, as a folder name may hold it (no dot or dash: they separate the fields)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
 
 
 def _own_folder(path: Path) -> bool:

@@ -198,3 +198,16 @@ def test_a_killed_process_checkout_is_removed_by_the_next_one_and_a_live_one_is_
         with LocalRuntime(src):
             pass
     assert not os.path.exists(live_folder)
+
+
+def test_a_dead_process_folder_of_another_machine_sharing_the_folder_is_kept(tmp_path):
+    """The pid in a folder's name means something only on the machine that wrote it."""
+    from pinpoint.environments.files import _host, process_tempdir
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    here, elsewhere = tmp_path / f"pinpoint-t-{_host()}.{gone.pid}-a", tmp_path / f"pinpoint-t-other.{gone.pid}-a"
+    here.mkdir()
+    elsewhere.mkdir()
+    made = process_tempdir("pinpoint-t-", str(tmp_path))
+    assert not here.exists() and elsewhere.is_dir() and made.is_dir()
