@@ -219,6 +219,10 @@ def _scm_version(instance: Instance) -> str:
     return f"export SETUPTOOLS_SCM_PRETEND_VERSION={shlex.quote(instance.version)}"
 
 
+#: where the install step keeps pip's output to look for the PEP 660 refusal (inside the container being built)
+INSTALL_LOG = "/tmp/pinpoint-install.log"
+
+
 def _install_step(install: str) -> str:
     """The spec's install; an editable install that today's pip refuses for lack of PEP 660 is retried without
     build isolation.
@@ -228,7 +232,7 @@ def _install_step(install: str) -> str:
     Without build isolation the env's newer setuptools builds it."""
     if "pip install -e" not in install:
         return install
-    log = "/tmp/pinpoint-install.log"
+    log = INSTALL_LOG
     retry = install.replace("pip install -e", "pip install --no-build-isolation -e", 1)
     return f"if ! {{ {install}; }} 2>&1 | tee {log}; then\n  grep -q build_editable {log} || exit 1\n  {retry}\nfi"
 

@@ -171,7 +171,7 @@ if [[ "$*" == *--no-build-isolation* ]]; then echo installed-without-isolation; 
 echo "ERROR: {error}"; exit 1
 """)
     fake.chmod(0o755)
-    step = scripts._install_step("python -m pip install -e .")
+    step = scripts._install_step("python -m pip install -e .").replace(scripts.INSTALL_LOG, str(tmp_path / "log"))
     run = subprocess.run(["bash", "-c", f"set -euxo pipefail\nexport PATH={tmp_path}:$PATH\n{step}\necho next-step"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert (run.returncode == 0) is installed
