@@ -85,6 +85,8 @@ def reproduce_path(runtime: Runtime) -> str:
     """Where the reproduction script goes: outside the repository, so it never shows in `diff()` or the patch, and
     in the runtime's own scratch folder, so two local runs side by side never run each other's script."""
     return posixpath.join(runtime.scratch_dir, "reproduce.py")
+
+
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 

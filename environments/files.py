@@ -45,9 +45,13 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 def _drop_orphans(path: Path) -> None:
     """Remove the temporary files of `path` left by writers that died mid-write (their pid is gone)."""
     for orphan in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        pid = orphan.name[len(path.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)):
+        if _gone(orphan.name[len(path.name) + 2:].split(".", 1)[0]):
             orphan.unlink(missing_ok=True)
+
+
+def _gone(pid: str) -> bool:
+    """`pid` (as a file name holds it) names another process of this machine that no longer runs."""
+    return pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid))
 
 
 def process_tempdir(prefix: str, parent: str | None = None) -> Path:
@@ -58,8 +62,7 @@ def process_tempdir(prefix: str, parent: str | None = None) -> Path:
     parent = parent or tempfile.gettempdir()
     mine = f"{prefix}{_host()}."
     for orphan in Path(parent).glob(f"{glob.escape(mine)}*-*"):
-        pid = orphan.name[len(mine):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_exists(int(pid)) and _own_folder(orphan):
+        if _gone(orphan.name[len(mine):].split("-", 1)[0]) and _own_folder(orphan):
             shutil.rmtree(orphan, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-", dir=parent))
 
