@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -209,6 +210,23 @@ def _reap(boxes: list[tuple[str, int]]) -> int:
     return sum(prune_containers(engine, run_id, pid, orphans_only=True) for run_id, pid in boxes)
 
 
+def unreaped_lines(unreaped: list[tuple[tuple[str, str], str, int]]) -> list[str]:
+    """One line per engine still holding boxes of lost items: where, which (run id, pids) and the command that
+    removes them there (the engine's next join reaps them too)."""
+    by_engine: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for engine, run_id, pid in unreaped:
+        by_engine.setdefault(engine, []).append((run_id, pid))
+    lines = []
+    for (ip, docker_host), boxes in by_engine.items():
+        prefix = "" if docker_host == "unix:///var/run/docker.sock" else f"DOCKER_HOST={docker_host} "
+        pids = ", ".join(str(pid) for _, pid in boxes)
+        for run_id in sorted({run_id for run_id, _ in boxes}):
+            lines.append(f"pinpoint: node {ip} did not come back: its boxes of run {run_id} (started by pid {pids}) "
+                         f"are left on its engine; on {ip} run `{prefix}pinpoint env prune --run-id {run_id}` "
+                         "(or they are removed when that node next joins a run)")
+    return lines
+
+
 def assign_groups(items: list[Item], workers: int) -> list[int]:
     """The worker of each item: groups (else keys) round-robin in the order they first appear."""
     index: dict[str, int] = {}
@@ -224,10 +242,13 @@ def node_engine() -> str:
 def _probe() -> tuple[str, str, str]:
     """Runs once on every node before any item (and on a node that joins mid-run): pinpoint imports there (else
     the items could never run), and the engine its boxes go to, as (node IP, DOCKER_HOST): a node that comes
-    back after being lost has a new node id but the same engine."""
+    back after being lost has a new node id but the same engine. It also removes the boxes on that engine whose
+    process is gone (a node lost in an earlier run and back now: what that run could only name)."""
     import pinpoint.environments
     import ray
+    from pinpoint.environments.reaper import sweep_orphans
 
+    sweep_orphans()
     return (os.path.dirname(pinpoint.environments.__file__), ray.util.get_node_ip_address(), node_engine())
 
 
@@ -268,7 +289,10 @@ class RayExecutor:
     def _init(self, docker_slots: int, env_names: tuple[str, ...]) -> None:
         import logging
 
+        from pinpoint.environments.labels import RUN_ID, RUN_ID_ENV
+
         env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_PREFIXES) or k in env_names}
+        env[RUN_ID_ENV] = RUN_ID  # every worker's boxes carry the driver's run id: one `env prune --run-id` for all
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                    "logging_level": logging.ERROR, "runtime_env": {"env_vars": env}}
         if self.address is None:  # never join a cluster by accident: `ray start` ones need --address / RAY_ADDRESS
@@ -420,7 +444,9 @@ class RayExecutor:
             elif self.unreaped and time.monotonic() - started < return_grace_s:
                 time.sleep(1.0)
             else:
-                return
+                break
+        for line in unreaped_lines(self.unreaped):
+            print(line, file=sys.stderr)
 
     def run_on_workers(self, factory: Callable[..., Any], init: tuple[Any, ...], items: Iterable[Item], *,
                        workers: int, concurrency: int = 1, needs: Needs = Needs()) -> Iterator[Outcome]:

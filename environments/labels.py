@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import uuid
 
 import docker
+from pinpoint.environments.errors import UsageError
 from pinpoint.environments.processes import process_start
+from pinpoint.environments.reaper import watch_boxes
 
 MANAGED_LABEL = "pinpoint.managed"
 RUN_LABEL = "pinpoint.run"
@@ -16,6 +19,8 @@ RUN_LABEL = "pinpoint.run"
 PID_LABEL = "pinpoint.pid"
 #: who started the container (uid): `env prune` leaves other users' boxes alone unless told `--all`
 USER_LABEL = "pinpoint.user"
+#: the machine of that process: a pid is only judged (alive or gone) on the machine it belongs to
+HOST_LABEL = "pinpoint.host"
 #: a run id handed down to the processes of one run (a rollout's Ray workers), so all their containers share it
 RUN_ID_ENV = "PINPOINT_RUN_ID"
 RUN_ID_PATTERN = re.compile(r"[0-9a-f]{12}")
@@ -30,9 +35,22 @@ def _run_id() -> str:
 RUN_ID = _run_id()
 
 
+def checked_run_id() -> str:
+    """This process's run id; a `PINPOINT_RUN_ID` that is not a run id is a UsageError, not silently replaced
+    (the user would prune by a name no box carries)."""
+    given = os.environ.get(RUN_ID_ENV)
+    if given is not None and not RUN_ID_PATTERN.fullmatch(given):
+        raise UsageError(f"{RUN_ID_ENV}={given!r} is not a run id: 12 lowercase hex characters (e.g. "
+                         f"{uuid.uuid4().hex[:12]}), or unset it for a new one")
+    return RUN_ID
+
+
 def container_labels(**extra: str) -> dict[str, str]:
+    """The labels of a box this process starts; the first one also starts the reaper that removes this
+    process's boxes once it is gone (environments/reaper.py)."""
+    watch_boxes(RUN_ID)
     return {MANAGED_LABEL: "1", RUN_LABEL: RUN_ID, PID_LABEL: str(os.getpid()), USER_LABEL: str(os.getuid()),
-            **extra}
+            HOST_LABEL: socket.gethostname(), **extra}
 
 
 def prune_containers(client: docker.DockerClient, run_id: str | None = None, pid: int | None = None, *,
@@ -53,6 +71,8 @@ def prune_containers(client: docker.DockerClient, run_id: str | None = None, pid
 
 
 def _owner_alive(labels: dict[str, str]) -> bool:
-    """The process that started the container still runs here (a box of a live run; no label: assume so)."""
+    """The process that started the container still runs (a box of a live run); no pid label, or another
+    machine's pid (this one cannot see it): assume so."""
     owner = labels.get(PID_LABEL, "")
-    return not owner.isdigit() or process_start(int(owner)) is not None
+    elsewhere = labels.get(HOST_LABEL, socket.gethostname()) != socket.gethostname()
+    return not owner.isdigit() or elsewhere or process_start(int(owner)) is not None

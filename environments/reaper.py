@@ -1,13 +1,18 @@
-"""A watchdog that outlives the process it watches: when that process is gone (SIGKILL included, where no cleanup
-of its own can run), it removes the run's labelled containers, so a crash leaves none behind for longer than a
-short grace period.
+"""A watchdog that outlives the process it watches: when that process is gone (Ctrl-C, SIGTERM, or SIGKILL, where
+no cleanup of its own can run), it removes the containers that process started, so nothing is left behind for
+longer than a few seconds, whatever command started them and wherever it ran.
 
-`start_reaper(run_id)` spawns `python -m pinpoint.environments.reaper` in its own session (a kill of the caller's
-process group does not reach it). It polls the watched pid (its start time too, so a reused pid is not mistaken for
-it); once the process is gone it prunes the run's containers (`labels.prune_containers`, the same filter as
-`pinpoint env prune --run-id`) every poll until none has appeared for `settle_s` (workers of a dying run may still
-be starting a box), then exits. With `only_pid` it removes only the containers that process started (a Ray worker's
-reaper must not take boxes of the run's other live workers).
+Every box pinpoint starts is labelled by `labels.container_labels`, and that call also calls `watch_boxes`: the
+first box of a process on an engine starts one reaper for (run id, process, engine), so the one mechanism covers
+`run`, `batch`, `eval`, `fix`, `demo`, `rl rollout`, `images build` and the benches, on the driver or on a Ray
+worker (whose boxes carry the worker's pid: a worker killed by an interrupted `eval` is reaped like a driver).
+
+The reaper is `python -m pinpoint.environments.reaper` detached twice (its own session, and not a child of the
+watched process: Ray kills a dead worker's children). It first removes this user's boxes on its engine whose
+starting process (on this host) is gone: what a run killed together with its reaper left (a resumed `fix`, a
+node back after a loss). Then it polls the watched pid (its start time too, so a reused pid is not mistaken for
+it); once the process is gone it prunes that process's containers of the run every poll until none has appeared
+for `settle_s` (a box whose create was in flight still lands), then exits.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +34,9 @@ SETTLE_S = 10.0
 #: and stop pruning after this long whatever happens (an engine that never answers)
 MAX_REAP_S = 300.0
 
+_watched: set[tuple[str, int, str]] = set()
+_watched_lock = threading.Lock()
+
 
 def alive(pid: int, start: str | None) -> bool:
     """`pid` is still the process the reaper was started for."""
@@ -36,14 +45,30 @@ def alive(pid: int, start: str | None) -> bool:
     return process_start(pid) == start and start is not None
 
 
-def start_reaper(run_id: str, pid: int | None = None, only_pid: bool = False) -> subprocess.Popen:
-    """Spawn the detached watchdog for `pid` (default: this process) and the containers of `run_id`."""
+def watch_boxes(run_id: str) -> None:
+    """Make sure a reaper watches this process for the boxes it starts under `run_id` on its engine (DOCKER_HOST):
+    the first call per (run, process, engine) starts one; later calls cost a set lookup."""
+    key = (run_id, os.getpid(), os.environ.get("DOCKER_HOST", ""))
+    with _watched_lock:
+        if key in _watched:
+            return
+        _watched.add(key)
+    start_reaper(run_id, only_pid=True)
+
+
+def start_reaper(run_id: str, pid: int | None = None, only_pid: bool = False) -> None:
+    """Start the detached watchdog for `pid` (default: this process) and the containers of `run_id` (all of them,
+    or with `only_pid` only those `pid` started); returns once it runs on its own."""
     pid = os.getpid() if pid is None else pid
+    command = [*_command(run_id, pid, only_pid), "--detach"]
+    subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   close_fds=True, check=False, timeout=60)
+
+
+def _command(run_id: str, pid: int, only_pid: bool) -> list[str]:
     start = process_start(pid) or ""
-    command = [sys.executable, "-m", "pinpoint.environments.reaper", "--pid", str(pid), "--start", start,
-               "--run-id", run_id, *(["--only-pid"] if only_pid else [])]
-    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    return [sys.executable, "-m", "pinpoint.environments.reaper", "--pid", str(pid), "--start", start,
+            "--run-id", run_id, *(["--only-pid"] if only_pid else [])]
 
 
 def reap(run_id: str, pid: int | None, poll_s: float = POLL_S, settle_s: float = SETTLE_S,
@@ -69,17 +94,37 @@ def reap(run_id: str, pid: int | None, poll_s: float = POLL_S, settle_s: float =
     return removed
 
 
+def sweep_orphans() -> int:
+    """Remove this user's boxes on this engine whose starting process on this host is gone (what `pinpoint env
+    prune` removes); how many. An engine that does not answer removes nothing."""
+    from pinpoint.environments.engine import client
+    from pinpoint.environments.labels import prune_containers
+
+    try:
+        return prune_containers(client(), every_user=False, orphans_only=True)
+    except Exception:  # noqa: BLE001 - a sweep is a courtesy: the run goes on without it
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pinpoint.environments.reaper", description=__doc__)
     parser.add_argument("--pid", type=int, required=True, help="the process whose death ends the run")
     parser.add_argument("--start", default="", help="its start time (/proc/PID/stat), so a reused pid is not it")
     parser.add_argument("--run-id", required=True, help="the run's container label (pinpoint.run)")
     parser.add_argument("--only-pid", action="store_true", help="only the containers that process started")
+    parser.add_argument("--detach", action="store_true", help="start the reaper in a session of its own and return")
     parser.add_argument("--poll-s", type=float, default=POLL_S)
     parser.add_argument("--settle-s", type=float, default=SETTLE_S)
     args = parser.parse_args(argv)
     if not args.run_id.strip():  # an empty run id would select every pinpoint container of every run
         parser.error("--run-id must be a run's id, not empty")
+    if args.detach:  # this launcher exits at once: the reaper is nobody's child but init's
+        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--detach"]
+        subprocess.Popen([sys.executable, "-m", "pinpoint.environments.reaper", *rest], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         close_fds=True)
+        return 0
+    sweep_orphans()
     start = args.start or None
     while alive(args.pid, start):
         time.sleep(args.poll_s)

@@ -3,7 +3,7 @@
 `grade` is the one way a patch is graded, by `pinpoint eval` and by `run`/`batch --evaluate` alike: it reuses an
 instance's report.json when it holds a model outcome (infrastructure failures are retried; `rerun=True` redoes it),
 so the second of the two never grades again. The summary is rewritten after each instance, so an interrupted run
-loses nothing. `run_eval` is the only writer of the summary; on the Ray backend it also writes each report folder,
+loses nothing, and covers every row graded under the run id so far, not only this invocation's. `run_eval` is the only writer of the summary; on the Ray backend it also writes each report folder,
 which the task grades into a scratch folder on its node and hands back (`carried`), so a resume on the driver
 sees every verdict.
 """
@@ -11,6 +11,7 @@ sees every verdict.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,41 +36,61 @@ from pinpoint.swebench_eval.predictions import Prediction
 from pinpoint.swebench_eval.sources import RepoSources
 
 
-def finished_report(out_dir: Path) -> InstanceReport | None:
-    """The stored verdict of an instance, when it holds a model outcome (infrastructure failures are retried)."""
+def stored_report(out_dir: Path) -> InstanceReport | None:
+    """The verdict stored in `out_dir`, whatever its outcome; None when there is none (or it is unreadable)."""
     path = out_dir / "report.json"
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
         meta = next(iter(data.values()))["pinpoint"]
-    except (json.JSONDecodeError, StopIteration, KeyError, TypeError):
+        report = {k: {kk: vv for kk, vv in v.items() if kk != "pinpoint"} for k, v in data.items()}
+        return InstanceReport(report=report, **meta)
+    except (json.JSONDecodeError, StopIteration, KeyError, TypeError, AttributeError):
         return None
-    if meta.get("outcome") not in MODEL_OUTCOMES:
-        return None
-    report = {k: {kk: vv for kk, vv in v.items() if kk != "pinpoint"} for k, v in data.items()}
-    return InstanceReport(report=report, **meta)
+
+
+def finished_report(out_dir: Path) -> InstanceReport | None:
+    """The stored verdict of an instance, when it holds a model outcome (infrastructure failures are retried)."""
+    verdict = stored_report(out_dir)
+    return verdict if verdict is not None and verdict.outcome in MODEL_OUTCOMES else None
+
+
+def earlier_verdicts(layout: RunLayout) -> dict[str, InstanceReport]:
+    """Every verdict already stored under the run id (any model, any earlier invocation): the summary covers the
+    whole run, so grading a few more rows (or one again) never makes it forget the others."""
+    found = {}
+    for path in sorted(layout.run_root.glob("*/eval/*/report.json")):
+        if (verdict := stored_report(path.parent)) is not None:
+            found[verdict.instance_id] = verdict
+    return found
 
 
 def summarize(instances: list[Instance], verdicts: dict[str, InstanceReport], run_id: str,
-              predictions: dict[str, Prediction]) -> dict[str, Any]:
-    """Counts and id lists per outcome, in the spirit of the official run report."""
+              predictions: dict[str, Prediction], earlier: dict[str, InstanceReport] | None = None) -> dict[str, Any]:
+    """Counts and id lists per outcome, in the spirit of the official run report, over this call's rows and the
+    `earlier` verdicts of the run (this call's verdict wins for a row graded again)."""
+    earlier = earlier or {}
+    verdicts = {**earlier, **verdicts}
     by_outcome: dict[str, list[str]] = {o: [] for o in (*MODEL_OUTCOMES, *INFRA_OUTCOMES)}
     for iid in sorted(verdicts):
         by_outcome.setdefault(verdicts[iid].outcome, []).append(iid)
     done = list(verdicts.values())
+    empty = {iid for iid, p in predictions.items() if not (p.model_patch or "").strip()}
+    empty |= {iid for iid, v in earlier.items() if iid not in predictions
+              and v.report.get(iid, {}).get("patch_exists") is False}
     evals = [v.eval_seconds for v in done if v.eval_seconds]
     edits = [v.edit for v in done if "f1" in v.edit]
     return {
         "run_id": run_id,
-        "total_instances": len(instances),
-        "submitted_instances": sum(1 for i in instances if i.instance_id in predictions),
+        "total_instances": len({i.instance_id for i in instances} | set(earlier)),
+        "submitted_instances": len({i.instance_id for i in instances if i.instance_id in predictions} | set(earlier)),
         "completed_instances": len(done),
         "resolved_instances": len(by_outcome["resolved"]),
         "unresolved_instances": len(by_outcome["unresolved"]),
         "error_instances": len(by_outcome["patch_failed"]) + len(by_outcome["no_test_output"]),
         "infra_failure_instances": sum(len(by_outcome[o]) for o in INFRA_OUTCOMES),
-        "empty_patch_instances": sum(1 for p in predictions.values() if not (p.model_patch or "").strip()),
+        "empty_patch_instances": len(empty),
         "mean_eval_seconds": round(sum(evals) / len(evals), 2) if evals else None,
         "edit_metrics": {k: round(sum(e[k] for e in edits) / len(edits), 4) for k in ("precision", "recall", "f1")}
         if edits else None,
@@ -141,11 +162,12 @@ def run_eval(
     by_id = {i.instance_id: i for i in instances if i.instance_id in predictions}
     verdicts: dict[str, InstanceReport] = {}
     layout.run_root.mkdir(parents=True, exist_ok=True)
+    earlier = earlier_verdicts(layout)
     started = time.monotonic()
 
     def record(verdict: InstanceReport, cached: bool) -> None:
         verdicts[verdict.instance_id] = verdict
-        _write_summary(layout.summary, summarize(instances, verdicts, layout.run_id, predictions))
+        _write_summary(layout.summary, summarize(instances, verdicts, layout.run_id, predictions, earlier))
         if on_result:
             on_result(verdict, cached)
 
@@ -168,8 +190,10 @@ def run_eval(
             graded = outcome.value
             if graded.report is not None:
                 graded.report.write(out_dir)
+        if outcome.attempts > 1:  # the machinery lost it once: said, as batch says it, so a user knows why
+            print(f"{outcome.key}: its worker was lost; graded again ({outcome.attempts} attempts)", file=sys.stderr)
         record(graded.verdict, graded.reused)
-    summary = summarize(instances, verdicts, layout.run_id, predictions)
+    summary = summarize(instances, verdicts, layout.run_id, predictions, earlier)
     summary["wall_seconds"] = round(time.monotonic() - started, 1)
     summary["summary_path"] = str(layout.summary)
     _write_summary(layout.summary, summary)
