@@ -43,7 +43,7 @@ from pinpoint.environments.registry import registry
 BASE_REPOSITORY = "pinpoint/base"
 #: Debian suite that ships each Python version as python3 (extend with a verified suite per line)
 DEBIAN_SUITES: dict[str, str] = {"3.9": "bullseye", "3.11": "bookworm"}
-DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,git,ca-certificates"
+DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,git,patch,ca-certificates"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 CA_IN_CONTAINER = "/tmp/pinpoint-ca.crt"
 _STEP_SCRIPT = "/tmp/pinpoint-step.sh"
@@ -254,7 +254,7 @@ def _pull_slim(python_version: str, tag: str, log) -> bool:
         return False
     commit_build_step(
         source,
-        "apt-get update && apt-get install -y --no-install-recommends git ca-certificates && rm -rf /var/lib/apt/lists/*",
+        "apt-get update && apt-get install -y --no-install-recommends git patch ca-certificates && rm -rf /var/lib/apt/lists/*",
         tag,
         labels={"pinpoint.python": python_version, "pinpoint.base.source": source},
     )

@@ -24,7 +24,7 @@ from pinpoint.swebench_eval.patches import PatchError, apply_patch
 from pinpoint.swebench_eval.scripts import eval_script
 from pinpoint.swebench_eval.sources import RepoSources
 from pinpoint.swebench_eval.specs import spec_for
-from pinpoint.swebench_eval.tamper import apply_conflicts, conflicting_tests, guard_script, reverted_files
+from pinpoint.swebench_eval.tamper import conflicting_tests, guard_script, reverted_files
 
 DEFAULT_TIMEOUT = 1800.0
 MODEL_OUTCOMES = ("resolved", "unresolved", "patch_failed", "no_test_output")
@@ -45,7 +45,7 @@ class InstanceReport:
     eval_seconds: float = 0.0
     detail: str = ""
     edit: dict[str, Any] = field(default_factory=dict)  # swebench_eval.metrics.edit_metrics against the gold patch
-    #: what the grader undid or distrusted (swebench_eval.tamper): test infrastructure the patch touched, put back
+    #: what the grader undid or noticed (swebench_eval.tamper): test infrastructure the patch touched, put back
     #: before the tests ran, and FAIL_TO_PASS/PASS_TO_PASS tests the log reported both failed and passed
     tampering: dict[str, list[str]] = field(default_factory=dict)
 
@@ -157,8 +157,8 @@ def _run_in(runtime: Runtime, instance: Instance, patch: str | None, verdict: In
         log_path = (out_dir or Path(tmp)) / "test_output.txt"
         write_atomic(log_path, log)
         verdict.report = grade_log(instance, log_path, patch or "", model_name)
+    # recorded for audit only: the verdict is the official one, whose parser keeps a test name's last status
     verdict.tampering = {"reverted": reverted_files(log), "conflicting": conflicting_tests(instance, log)}
-    apply_conflicts(verdict.report, instance.instance_id, verdict.tampering["conflicting"])
     verdict.outcome, verdict.detail = classify(verdict.report[instance.instance_id], result.timed_out, timeout)
     return verdict
 

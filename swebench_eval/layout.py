@@ -3,7 +3,7 @@
     <runs_dir>/<run_id>/<model>/preds.jsonl                      predictions (run, batch, fix, demo)
     <runs_dir>/<run_id>/<model>/trajectories/<instance>/         trajectory.json, checkpoint.sqlite
     <runs_dir>/<run_id>/<model>/eval/<instance>/                 report.json, test_output.txt, eval.sh, patch.diff
-    <runs_dir>/<run_id>/summary.json                             the last `eval` over this run id
+    <runs_dir>/<run_id>/summary.json                             every row graded under this run id so far
 
 `pinpoint run ID --evaluate` and `pinpoint eval --predictions <that preds.jsonl> --run-id <same>` therefore read
 and write the same report, and two models under one run id never overwrite each other.

@@ -23,6 +23,9 @@ GIT_APPLY_CMDS = (
     "git apply --verbose --reject",
     "patch --batch --forward --fuzz=5 -p1 -i",
 )
+#: files an image build or a reset rewrote keep stale stat data in the index, and `git apply --3way` then refuses
+#: them ("does not match index") where the official images apply; refreshing the index first makes them agree
+REFRESH_INDEX = "git update-index -q --refresh"
 #: the official harness's log markers (swebench.harness.constants), spelled here so the agent never imports
 #: swebench (about 1.5 s) just to apply its own diffs
 APPLY_PATCH_PASS = ">>>>> Applied Patch"
@@ -110,6 +113,8 @@ def apply_patch(runtime: Runtime, patch: str, *, fallbacks: bool = False, path: 
         for attempt, command in enumerate(GIT_APPLY_CMDS if fallbacks else GIT_APPLY_CMDS[:1]):
             if attempt:
                 runtime.reset()
+            if "--3way" in command:  # the one step that reads the index
+                runtime.run(REFRESH_INDEX, timeout=120)
             result = runtime.run(f"{command} {quoted}", timeout=120)
             log.append(f"$ {command}\n{result.output}")
             if result.ok:

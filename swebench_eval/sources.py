@@ -7,6 +7,7 @@ but nothing newer, so an agent in the container cannot read the fix from later h
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -64,13 +65,13 @@ class RepoSources:
 
     def _from_location(self, key: str, location: str) -> Path:
         if location.endswith(".git.tar"):
-            target = self.cache_dir / f"{key}.git"
+            target = self.cache_dir / f"{key}-{_origin(location)}.git"
             try:
                 return extract_git_tar(Path(location), target)
             except ValueError as exc:
                 raise SourceError(str(exc)) from None
         if "://" in location or location.startswith("git@"):
-            target = self.cache_dir / f"{key}.git"
+            target = self.cache_dir / f"{key}-{_origin(location)}.git"
             if not (target / "HEAD").exists():
                 tmp = Path(tempfile.mkdtemp(dir=self._ensure_cache()))
                 _git("clone", "--bare", location, str(tmp / "repo.git"))
@@ -122,6 +123,18 @@ class RepoSources:
              f"file://{source.resolve()}", commit, cwd=dest)
         _git("-c", "advice.detachedHead=false", "checkout", "-q", commit, cwd=dest)
         return dest
+
+
+def _origin(location: str) -> str:
+    """A short digest of where a cached copy came from (a URL, or a tar's absolute path, size and mtime): one cache
+    serves several `--repos-dir`s, and a replaced tar is extracted again, instead of answering from another copy."""
+    if "://" in location or location.startswith("git@") or not Path(location).exists():
+        identity = location  # a missing tar is said by the extraction, with its own message
+    else:
+        path = Path(location).resolve()
+        stat = path.stat()
+        identity = f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:12]
 
 
 def _dot_git(path: Path) -> Path:

@@ -9,7 +9,9 @@ sections of setup.cfg and pyproject.toml) goes back to the base commit, or away 
 in the log. No gold patch of the 455 dev rows touches any of these but one (pylint's setup.cfg, outside its pytest
 section), so honest patches grade as before. Then `conflicting_tests` finds FAIL_TO_PASS / PASS_TO_PASS tests the
 log reports as failed and also as passed (a patch printing `PASSED <test>` after pytest's summary, where the official
-parser's last-line-wins would believe it); those count as failed.
+parser's last-line-wins would believe it); they are named in the report for audit but do not change the verdict,
+which stays the official one: one name honestly appears in several files (sympy's parser keys by bare name), and
+the official harness keeps the last status.
 
 What this cannot stop (docs/security.md): code under test runs inside the test process, so a patch to the package
 itself can still monkeypatch the runner's reporting; the exit code is recorded beside the verdict for audit.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
 
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.grading import make_test_spec
@@ -87,15 +88,3 @@ def conflicting_tests(instance: Instance, log_text: str) -> list[str]:
             if test in wanted:
                 seen.setdefault(test, set()).add(str(getattr(status, "value", status)))
     return sorted(t for t, s in seen.items() if s & set(_FAILING) and s & set(_PASSING))
-
-
-def apply_conflicts(report: dict[str, Any], instance_id: str, conflicts: list[str]) -> None:
-    """Count conflicting tests as failed in the official report entry (resolved only if none conflicts)."""
-    entry = report.get(instance_id) or {}
-    status = entry.get("tests_status") or {}
-    for group in status.values():
-        moved = [t for t in group.get("success", []) if t in conflicts]
-        group["success"] = [t for t in group.get("success", []) if t not in conflicts]
-        group["failure"] = sorted(set(group.get("failure", [])) | set(moved))
-    if conflicts:
-        entry["resolved"] = False
