@@ -219,10 +219,6 @@ def _rollout(args: argparse.Namespace) -> int:
     if containers < 1:
         raise UsageError("--containers-per-worker must be >= 1")
     _check_backend(args)
-    from pinpoint.environments.labels import RUN_ID
-
-    # first, so a driver killed later still told which containers are its own (`pinpoint env prune --run-id`)
-    print(f"run id: {RUN_ID}", flush=True)
     spec = RolloutSpec(load_tasks(args.tasks, args.dataset), args.policy, args.out, args.samples_per_task,
                        args.workers, args.concurrency, args.address, args.executor, settings, _llm(args, config),
                        containers, backend=args.model_backend.replace("llama.cpp", "llamacpp"), seed=args.seed,

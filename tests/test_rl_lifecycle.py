@@ -1,6 +1,6 @@
-"""A `pinpoint rollout` driver killed with SIGKILL leaves no container behind: the run prints its id first, and the
-reaper started with the run (environments/reaper.py) removes every container labelled with it once the driver is
-gone. Real Docker (the psf__requests-1142 instance image), real Ray; the scripted gold policy is a fake (it replays
+"""A `pinpoint rollout` driver killed with SIGKILL leaves no container behind: the run prints its id first (stderr),
+and the reaper started with the run's first box (environments/reaper.py) removes every container labelled with it
+once the driver is gone. Real Docker (the psf__requests-1142 instance image), real Ray; the scripted gold policy is a fake (it replays
 the reference patch) with the dense localization reward, so episodes are short and need no grading."""
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ def test_a_killed_driver_leaves_no_container_of_its_run(tmp_path: Path) -> None:
     out = tmp_path / "episodes.jsonl"
     command = [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
                "--samples-per-task", "400", "--concurrency", "2", "--reward", "localization", "--out", str(out)]
-    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
     try:
-        first = driver.stdout.readline()
+        first = driver.stderr.readline()
         assert first.startswith("run id: "), first
         run_id = first.split(": ", 1)[1].strip()
         # mid-run: episodes are being written and the run's boxes are up
