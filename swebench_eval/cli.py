@@ -1,4 +1,4 @@
-"""`pinpoint images build|list|prune`, `pinpoint eval`, `pinpoint bench harness|grading`."""
+"""`pinpoint images build|list|prune`, `pinpoint eval` and `pinpoint bench grading`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,18 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from pinpoint.environments.cli import BENCH_HELP, subcommand_group
+from pinpoint.environments.cli import (
+    BENCH_EXAMPLES,
+    BENCH_HELP,
+    add_command,
+    json_arg,
+    output_arg,
+    print_json,
+    subcommand_group,
+    workers_arg,
+)
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.executor import executor_args
-from pinpoint.environments.files import write_json_atomic
 from pinpoint.environments.registry import registry_arg
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.layout import RunLayout, run_id_of_predictions
@@ -22,21 +30,27 @@ from pinpoint.swebench_eval.sources import RepoSources
 def dataset_args(parser: argparse.ArgumentParser, many: bool = True) -> None:
     """The instance-selection flags `run`, `batch`, `eval`, `images build` and the benchmarks share."""
     parser.add_argument("--dataset", help="SWE-bench rows (.jsonl/.jsonl.gz/.json/.parquet or a hub name); "
-                        "default: ../shared/data/swebench_verified_dev.jsonl.gz")
+                        "default: the dev rows in the shared data folder ($PINPOINT_SHARED_DATA)")
     if many:
-        parser.add_argument("--instances", "--ids", nargs="+", metavar="ID", help="only these instance ids")
+        instance_arg(parser, "only these instance ids")
         parser.add_argument("--repos", nargs="+", metavar="OWNER/NAME", help="only these repositories")
-    parser.add_argument("--repos-dir", help="folder of <owner>__<name>.git.tar / .git sources "
-                        "(default ../shared/data/repos)")
-    parser.add_argument("--source", action="append", default=[], metavar="REPO=PATH_OR_URL",
-                        help="where one repository comes from (a local path or a git URL, cloned once)")
+    parser.add_argument("--source", action="append", default=[], metavar="REPO=PATH_OR_URL|DIR",
+                        help="where a repository comes from: REPO=a local path or a git URL (cloned once), or DIR, a "
+                        "folder of <owner>__<name>.git.tar / .git sources (default $PINPOINT_REPOS_DIR); repeatable")
+
+
+def instance_arg(parser: argparse.ArgumentParser, help: str) -> None:
+    """`-i/--instance ID`, the one instance selector: repeatable, and one flag may take several ids."""
+    parser.add_argument("-i", "--instance", dest="instances", action="extend", nargs="+", metavar="ID", help=help)
 
 
 def sources_from_args(args: argparse.Namespace) -> RepoSources:
-    bad = [item for item in args.source if "=" not in item]
-    if bad:
-        raise UsageError(f"--source {bad[0]!r}: expected REPO=PATH_OR_URL, e.g. psf/requests=/src/requests")
-    return RepoSources(args.repos_dir, dict(item.split("=", 1) for item in args.source))
+    folders = [item for item in args.source if "=" not in item]
+    if len(folders) > 1:
+        raise UsageError(f"--source {folders[1]!r}: one folder of sources at most (the other --source values are "
+                         "REPO=PATH_OR_URL, e.g. psf/requests=/src/requests)")
+    mapping = dict(item.split("=", 1) for item in args.source if "=" in item)
+    return RepoSources(folders[0] if folders else None, mapping)
 
 
 def selection_from_args(args: argparse.Namespace) -> Selection:
@@ -115,6 +129,8 @@ def _eval(args: argparse.Namespace) -> int:
     from pinpoint.environments.registry import use_registry
     from pinpoint.swebench_eval.run import run_eval
 
+    if args.fidelity is not None:
+        return _fidelity(args)
     use_registry(args.registry)
     selection = selection_from_args(args)
     instances = breadth_first(selection.instances)
@@ -133,7 +149,7 @@ def _eval(args: argparse.Namespace) -> int:
         if unknown and args.instances is None and args.repos is None:
             print(f"pinpoint: {len(unknown)} predictions name instances not selected: "
                   f"{', '.join(sorted(unknown)[:5])}...", file=sys.stderr)
-    layout = RunLayout(args.run_id or default_id, "", args.runs_dir)
+    layout = RunLayout(args.run_id or default_id, "", args.output)
 
     def progress(verdict, cached: bool) -> None:
         note = " (finished earlier)" if cached else f" ({verdict.build_seconds:.0f}s build, {verdict.eval_seconds:.0f}s eval)"
@@ -147,43 +163,49 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from pinpoint.swebench_eval.bench import bench_harness
-
-    selection = selection_from_args(args)
-    if not selection.instances:
-        raise UsageError("no instance to benchmark (is its repository in --repos-dir?)")
-    figures = bench_harness(selection.instances[0], selection.sources)
-    for key, value in figures.items():
-        print(f"{key:<40} {value}")
-    if args.json:
-        write_json_atomic(Path(args.json), figures, indent=2)
-    return 0
-
-
 def _bench_grading(args: argparse.Namespace) -> int:
-    import json
-
     from pinpoint.swebench_eval.grading_bench import bench_grading, format_row, format_totals
 
     selection = selection_from_args(args)
     if not selection.instances:
         raise UsageError("no instance to grade (is its repository in --repos-dir?)")
     figures = bench_grading(selection.instances, selection.sources, timeout=args.timeout,
-                            on_row=lambda row: print(format_row(row), flush=True))
-    print(format_totals(figures))
+                            on_row=lambda row: args.json or print(format_row(row), flush=True))
     if args.json:
-        write_json_atomic(Path(args.json), figures, indent=2)
-    if args.print_json:
-        print(json.dumps(figures, indent=2))
+        print_json(figures)
+    else:
+        print(format_totals(figures))
+    return 0 if figures["rows_agree"] == figures["rows_total"] else 1
+
+
+def _bench_published(args: argparse.Namespace) -> int:
+    from pinpoint.swebench_eval import published_bench as bench
+
+    if not args.run.is_dir():
+        raise UsageError(f"{args.run}: no such folder (a published run: preds.jsonl and logs/<id>/report.json)")
+    run = bench.load_published(args.run)
+    args.instances = args.instances or sorted(set(run.predictions) & set(run.official))
+    selection = selection_from_args(args)
+    if not selection.instances:
+        raise UsageError(f"{args.run}: no row of it has an offline repository and a dataset row")
+    figures = bench.bench_published(run, selection.instances, args.output, selection.sources, args.timeout,
+                                    on_row=lambda row: args.json or print(bench.format_row(row), flush=True))
+    if args.json:
+        print_json(figures)
+    else:
+        print(bench.format_totals(figures))
     return 0 if figures["rows_agree"] == figures["rows_total"] else 1
 
 
 def _fidelity(args: argparse.Namespace) -> int:
+    """`eval --fidelity [GOLD_RUN EMPTY_RUN]`: the per-repo table of a --gold run beside an --empty run."""
     from pinpoint.swebench_eval.fidelity import fidelity_table
 
+    if len(args.fidelity) not in (0, 2):
+        raise UsageError("--fidelity takes no run id (the runs `gold` and `empty`) or two: GOLD_RUN EMPTY_RUN")
+    gold_run, empty_run = args.fidelity or ("gold", "empty")
     instances = selection_from_args(args).instances
-    gold, empty = RunLayout(args.gold_run, "gold", args.runs_dir), RunLayout(args.empty_run, "empty", args.runs_dir)
+    gold, empty = RunLayout(gold_run, "gold", args.output), RunLayout(empty_run, "empty", args.output)
     table, misses = fidelity_table(instances, gold.folder / "eval", empty.folder / "eval")
     print(table)
     for miss in misses:
@@ -192,59 +214,74 @@ def _fidelity(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    images = subparsers.add_parser("images", help="build, list and prune SWE-bench instance images")
-    images_sub = images.add_subparsers(dest="images_command", metavar="ACTION", required=True)
-    build = images_sub.add_parser("build", help="build the env and instance layers of the selected instances")
+    images = subcommand_group(subparsers, "images", "build, list and prune SWE-bench instance images",
+                              "pinpoint images build -i psf__requests-2317\npinpoint images list")
+    build = add_command(images, "build", "build the env and instance layers of the selected instances",
+                        "pinpoint images build -i psf__requests-2317 -i django__django-11099\n"
+                        "pinpoint images build --repos psf/requests -j 4\n"
+                        "pinpoint images build --backend ray --all-nodes")
     dataset_args(build)
-    build.add_argument("--workers", type=int, default=1, help="builds at once (local); docker slots of a new "
-                       "local Ray instance (ray)")
+    workers_arg(build, "builds at once")
     executor_args(build)
     build.add_argument("--all-nodes", action="store_true", help="build on every node of the cluster, not only "
                        "where Ray places each build")
     registry_arg(build)
     build.set_defaults(func=_images_build)
-    images_sub.add_parser("list", help="list the images this harness built").set_defaults(func=_images_list)
-    prune = images_sub.add_parser("prune", help="remove instance images (and env images with --all)")
+    add_command(images, "list", "list the images this harness built",
+                "pinpoint images list").set_defaults(func=_images_list)
+    prune = add_command(images, "prune", "remove instance images (and env images with --all)",
+                        "pinpoint images prune\npinpoint images prune --all")
     prune.add_argument("--all", action="store_true", help="also remove the shared env layers")
     prune.set_defaults(func=_images_prune)
+    _eval_parser(subparsers)
 
-    evaluate = subparsers.add_parser("eval", help="grade predictions on SWE-bench instances like the official harness")
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP, BENCH_EXAMPLES)
+    grading = add_command(bench, "grading",
+                          "pooled grading (warm box reset in place) beside fresh containers: per-test agreement and "
+                          "time per row, gold and empty",
+                          "pinpoint bench grading\npinpoint bench grading -i psf__requests-2931 -i "
+                          "psf__requests-1142 --json > grading.json")
+    dataset_args(grading)
+    grading.set_defaults(instances=["psf__requests-2931"])
+    grading.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
+    json_arg(grading)
+    grading.set_defaults(func=_bench_grading)
+    _published_parser(bench)
+
+
+def _published_parser(bench: argparse._SubParsersAction) -> None:
+    published = add_command(bench, "published", "grade a published agent run (preds + official report.json files) "
+                            "and print agreement per row and per FAIL_TO_PASS/PASS_TO_PASS test; resumes",
+                            "pinpoint bench published tests/data/published_runs/20251118_mini-swe-agent_gemini-3-pro"
+                            "\npinpoint bench published RUN_DIR -i sympy__sympy-20801 --json > agreement.json")
+    published.add_argument("run", type=Path, help="the run folder: preds.jsonl (or all_preds.jsonl, preds.json) and "
+                           "logs/<instance>/report.json")
+    dataset_args(published)
+    output_arg(published)
+    published.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
+    json_arg(published)
+    published.set_defaults(func=_bench_published)
+
+
+def _eval_parser(subparsers: argparse._SubParsersAction) -> None:
+    evaluate = add_command(subparsers, "eval", "grade predictions on SWE-bench instances like the official harness",
+                           "pinpoint eval --predictions runs/swebench_verified_dev/m/preds.jsonl\n"
+                           "pinpoint eval --gold -i psf__requests-2317 -j 4\n"
+                           "pinpoint eval --empty --repos psf/requests\n"
+                           "pinpoint eval --fidelity      # the `gold` run beside the `empty` run, per repository")
     which = evaluate.add_mutually_exclusive_group(required=True)
     which.add_argument("--predictions", help="SWE-bench predictions (.jsonl or .json)")
     which.add_argument("--gold", action="store_true", help="evaluate the reference patches (harness fidelity)")
     which.add_argument("--empty", action="store_true", help="evaluate empty patches (must resolve nothing)")
+    which.add_argument("--fidelity", nargs="*", metavar="RUN", help="instead: the per-repo table of a --gold run "
+                       "beside an --empty run (default the runs `gold` and `empty`; or GOLD_RUN EMPTY_RUN)")
     dataset_args(evaluate)
-    evaluate.add_argument("--workers", type=int, default=1, help="instances at once (local); docker slots of a "
-                          "new local Ray instance (ray)")
+    workers_arg(evaluate, "instances at once")
     executor_args(evaluate)
     registry_arg(evaluate)
     evaluate.add_argument("--rerun", action="store_true", help="redo instances that already have a report")
-    evaluate.add_argument("--run-id", help="results go to <runs-dir>/<run-id>/<model>/eval/ (default: gold, empty, or the run a <run-id>/<model>/preds.jsonl belongs to, else the file stem)")
+    evaluate.add_argument("--run-id", help="results go to <output>/<run-id>/<model>/eval/ (default: gold, empty, or "
+                          "the run a <run-id>/<model>/preds.jsonl belongs to, else the file stem)")
     evaluate.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
-    evaluate.add_argument("--runs-dir", type=Path, help="results root (default: $PINPOINT_RUNS, else runs/ in the working directory)")
+    output_arg(evaluate)
     evaluate.set_defaults(func=_eval)
-
-    fidelity = subparsers.add_parser("fidelity", help="per-repo table of a --gold run beside an --empty run")
-    dataset_args(fidelity)
-    fidelity.add_argument("--gold-run", default="gold")
-    fidelity.add_argument("--empty-run", default="empty")
-    fidelity.add_argument("--runs-dir", type=Path)
-    fidelity.set_defaults(func=_fidelity)
-
-    harness = subcommand_group(subparsers, "bench", BENCH_HELP).add_parser("harness", help="image build time, bytes per instance layer, "
-                                               "eval time per instance")
-    dataset_args(harness)
-    harness.set_defaults(instances=["psf__requests-1142"])
-    harness.add_argument("--json", help="also write the figures to this file")
-    harness.set_defaults(func=_bench)
-
-    grading = subcommand_group(subparsers, "bench", BENCH_HELP).add_parser(
-        "grading", help="pooled grading (warm box reset in place) beside fresh containers: per-test agreement and "
-        "time per row, gold and empty")
-    dataset_args(grading)
-    grading.set_defaults(instances=["psf__requests-2931"])
-    grading.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
-    grading.add_argument("--json", help="also write the figures to this file")
-    grading.add_argument("--print-json", action="store_true", help="print the figures as JSON at the end")
-    grading.set_defaults(func=_bench_grading)
-

@@ -1,0 +1,193 @@
+"""`pinpoint bench published`: grade a published agent run (its predictions and the official harness's per-instance
+report.json files) with pinpoint, and say where pinpoint's verdict or any FAIL_TO_PASS/PASS_TO_PASS status differs
+from the official one.
+
+A run folder holds `preds.jsonl` (or `all_preds.jsonl`, `preds.json`) and `logs/<instance>/report.json`, as the
+SWE-bench experiments repository publishes them. Every row is graded through `run.grade` into the run layout
+(`<runs>/<run>/<model>/eval/<instance>/`), so a graded row is reused on the next invocation (resume) and only a
+changed patch or an infrastructure failure is graded again.
+
+Tests that need the internet cannot pass in pinpoint's offline eval boxes: a test whose statuses differ and whose
+failure in pinpoint's log is a network error (name resolution, refused or unreachable connections) is named as
+network-bound, apart from the disagreements.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pinpoint.environments.errors import UsageError
+from pinpoint.swebench_eval.datasets import Instance
+from pinpoint.swebench_eval.layout import RunLayout
+from pinpoint.swebench_eval.predictions import Prediction, read_predictions
+from pinpoint.swebench_eval.run import grade
+from pinpoint.swebench_eval.sources import RepoSources
+
+PREDICTION_FILES = ("preds.jsonl", "all_preds.jsonl", "preds.json", "all_preds.json")
+#: what a test failing for want of the internet prints (requests/urllib3/socket errors)
+NETWORK_ERROR = re.compile(r"Temporary failure in name resolution|Name or service not known|gaierror|"
+                           r"NewConnectionError|Failed to establish a new connection|Network is unreachable|"
+                           r"nodename nor servname")
+_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$")
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """A published run: its name (the folder's), predictions and official report entries by instance id."""
+
+    name: str
+    predictions: dict[str, Prediction]
+    official: dict[str, dict[str, Any]]
+
+
+def load_published(folder: Path) -> PublishedRun:
+    """The run in `folder`; a report.json may hold `{instance_id: entry}` (the harness's) or the entry alone."""
+    folder = Path(folder)
+    found = [folder / name for name in PREDICTION_FILES if (folder / name).is_file()]
+    if not found:
+        raise UsageError(f"{folder}: no predictions file (one of {', '.join(PREDICTION_FILES)})")
+    predictions = read_predictions(found[0])
+    official = {}
+    for path in sorted(folder.glob("logs/*/report.json")):
+        instance_id = path.parent.name
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        official[instance_id] = data.get(instance_id, data) if isinstance(data, dict) else {}
+    if not official:
+        raise UsageError(f"{folder}: no official report (logs/<instance>/report.json)")
+    return PublishedRun(folder.name, predictions, official)
+
+
+def required_statuses(entry: dict[str, Any], instance: Instance) -> dict[str, str]:
+    """`success`, `failure` or `not run` (the patch did not apply, or the test is in neither list) per FAIL_TO_PASS
+    and PASS_TO_PASS test of `instance`, from one report entry (official or pinpoint's: the same shape)."""
+    status = entry.get("tests_status") or {}
+    out = {}
+    for group, tests in (("FAIL_TO_PASS", instance.FAIL_TO_PASS), ("PASS_TO_PASS", instance.PASS_TO_PASS)):
+        lists = status.get(group) or {}
+        for test in tests:
+            out[test] = ("success" if test in lists.get("success", []) else
+                         "failure" if test in lists.get("failure", []) else "not run")
+    return out
+
+
+def network_bound(test: str, log_text: str) -> bool:
+    """Whether pinpoint's log shows `test` failing on a network error: its failure section (pytest's `___ name ___`
+    block) names one."""
+    name = test.rsplit("::", 1)[-1]
+    block: list[str] | None = None
+    for line in log_text.splitlines():
+        header = _HEADER.match(line)
+        if header or line.startswith("====="):
+            if block is not None and NETWORK_ERROR.search("\n".join(block)):
+                return True
+            block = [] if header and header.group(1).split(".")[-1] == name else None
+        elif block is not None:
+            block.append(line)
+    return block is not None and bool(NETWORK_ERROR.search("\n".join(block)))
+
+
+@dataclass
+class RowAgreement:
+    """One row: the official verdict beside pinpoint's, and each test whose status differs."""
+
+    instance_id: str
+    official_resolved: bool
+    pinpoint_outcome: str
+    tests: int
+    differ: dict[str, str] = field(default_factory=dict)  # test -> "official X, pinpoint Y"
+    network: dict[str, str] = field(default_factory=dict)  # the same, for network-bound tests
+    cached: bool = False
+
+    @property
+    def verdict_agrees(self) -> bool:
+        return self.official_resolved == (self.pinpoint_outcome == "resolved")
+
+    @property
+    def agrees(self) -> bool:
+        """The verdict and every test status agree, network-bound tests aside."""
+        return self.verdict_agrees and not self.differ
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict_agrees": self.verdict_agrees, "agrees": self.agrees}
+
+
+def compare(instance: Instance, official: dict[str, Any], pinpoint: dict[str, Any], log_text: str,
+            outcome: str, cached: bool = False) -> RowAgreement:
+    """The agreement of pinpoint's report entry (and its eval log) with the official one on `instance`."""
+    theirs, ours = required_statuses(official, instance), required_statuses(pinpoint, instance)
+    row = RowAgreement(instance.instance_id, bool(official.get("resolved")), outcome, len(theirs), cached=cached)
+    for test, status in theirs.items():
+        if ours[test] != status:
+            where = row.network if network_bound(test, log_text) else row.differ
+            where[test] = f"official {status}, pinpoint {ours[test]}"
+    return row
+
+
+def bench_row(instance: Instance, prediction: Prediction, official: dict[str, Any], layout: RunLayout,
+              sources: RepoSources | None = None, timeout: float = 1800.0) -> RowAgreement:
+    """Grade `prediction` (or reuse its grading in `layout`) and compare it with the official entry."""
+    verdict, reused = grade(instance, prediction, layout, sources=sources, timeout=timeout)
+    log = layout.with_model(prediction.model_name_or_path).eval_dir(instance.instance_id) / "test_output.txt"
+    log_text = log.read_text(errors="replace") if log.exists() else ""
+    entry = verdict.report.get(instance.instance_id, {})
+    return compare(instance, official, entry, log_text, verdict.outcome, cached=reused)
+
+
+def bench_published(run: PublishedRun, instances: list[Instance], layout_root: Path | None = None,
+                    sources: RepoSources | None = None, timeout: float = 1800.0,
+                    on_row: Callable[[RowAgreement], None] | None = None) -> dict[str, Any]:
+    """Every row of `instances` that the run has a prediction and an official report for, graded and compared;
+    the rows and the totals."""
+    layout = RunLayout(f"published-{run.name}", "", layout_root)
+    rows = []
+    for instance in instances:
+        iid = instance.instance_id
+        if iid not in run.predictions or iid not in run.official:
+            continue
+        rows.append(bench_row(instance, run.predictions[iid], run.official[iid], layout, sources, timeout))
+        if on_row is not None:
+            on_row(rows[-1])
+    return {
+        "run": run.name,
+        "rows_total": len(rows),
+        "rows_agree": sum(r.agrees for r in rows),
+        "verdicts_agree": sum(r.verdict_agrees for r in rows),
+        "tests_total": sum(r.tests for r in rows),
+        "tests_differ": sum(len(r.differ) for r in rows),
+        "tests_network_bound": sum(len(r.network) for r in rows),
+        "infra_failures": [r.instance_id for r in rows if r.pinpoint_outcome not in
+                           ("resolved", "unresolved", "patch_failed", "no_test_output")],
+        "rows": [r.to_json() for r in rows],
+    }
+
+
+def format_row(row: RowAgreement) -> str:
+    """One line: the verdicts, whether they and the tests agree, and the first differing tests by name."""
+    official = "resolved" if row.official_resolved else "unresolved"
+    verdict = "agree" if row.agrees else "DISAGREE"
+    parts = [f"{row.instance_id:<28}", f"{verdict:<8}", f"official {official:<10}", f"pinpoint {row.pinpoint_outcome:<14}",
+             f"tests {row.tests - len(row.differ) - len(row.network)}/{row.tests} equal"]
+    if row.network:
+        parts.append(f"network-bound {len(row.network)}: " + "; ".join(f"{t} ({s})" for t, s in
+                                                                      list(row.network.items())[:3]))
+    if row.differ:
+        parts.append(f"differ {len(row.differ)}: " + "; ".join(f"{t} ({s})" for t, s in list(row.differ.items())[:3]))
+    if row.cached:
+        parts.append("(graded earlier)")
+    return "  ".join(parts)
+
+
+def format_totals(figures: dict[str, Any]) -> str:
+    return (f"{figures['run']}: rows agree {figures['rows_agree']}/{figures['rows_total']} (verdicts "
+            f"{figures['verdicts_agree']}/{figures['rows_total']}); tests equal "
+            f"{figures['tests_total'] - figures['tests_differ'] - figures['tests_network_bound']}/"
+            f"{figures['tests_total']}, {figures['tests_network_bound']} network-bound, "
+            f"{figures['tests_differ']} differ; infrastructure failures {len(figures['infra_failures'])}")
