@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pinpoint.agent.config import Config, load_config, user_config_path
+from pinpoint.environments.cli import add_command, output_arg, workers_arg
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.executor import executor_args
 from pinpoint.environments.registry import registry_arg, use_registry
@@ -36,22 +37,30 @@ stdout = Console()
 
 
 # -- configuration -------------------------------------------------------------------------------------------------
-def _config_args(parser: argparse.ArgumentParser) -> None:
+def _config_args(parser: argparse.ArgumentParser, results: tuple[str, ...] = ("output", "run_id")) -> None:
+    """The configuration flags every agent command shares; `results`: which of the results flags it has (the
+    others stay reachable as --set runs.output_dir=DIR and --set runs.run_id=NAME)."""
     group = parser.add_argument_group("configuration")
     group.add_argument("--config", help="YAML or TOML file with sections llm, budget, search, agent, runs")
-    group.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                       help="override one field (repeatable), e.g. --set budget.max_steps=20")
+    set_arg(group)
     group.add_argument("--base-url", help="OpenAI-compatible endpoint (default: the embedded SmolLM2 model)")
     group.add_argument("--model", help="model name at the endpoint")
-    group.add_argument("--max-steps", type=int, help="budget: model turns in the edit loop")
-    group.add_argument("--search", choices=["none", "flare", "bester", "flare+bester"], help="search policy")
-    group.add_argument("--output", help="runs root: results go to <output>/<run-id>/<model>/ (default runs/)")
-    group.add_argument("--run-id", help="the run's name under the runs root (default: the dataset, tasks file, "
-                       "'fix' or 'demo')")
+    if "output" in results:
+        output_arg(group)
+    if "run_id" in results:
+        group.add_argument("--run-id", help="the run's name under the results root (default: the dataset, tasks "
+                           "file, 'fix' or 'demo')")
+
+
+def set_arg(parser) -> None:
+    """`--set SECTION.FIELD=VALUE`, the same on every command that reads a config."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override one config field (repeatable), e.g. --set budget.max_steps=20 --set "
+                        "search.policy=flare")
 
 
 def _fresh_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fresh", "--redo-existing", dest="fresh", action="store_true",
+    parser.add_argument("--fresh", action="store_true",
                         help="start over: ignore the checkpoint (and, for batch, predictions) of an earlier run")
 
 
@@ -60,15 +69,17 @@ ENV_SETTINGS = {"OPENAI_BASE_URL": "llm.base_url", "PINPOINT_MODEL": "llm.model"
 ENV_HELP = ("environment: OPENAI_BASE_URL (the endpoint; unset: the embedded model), OPENAI_API_KEY (its key), "
             "PINPOINT_MODEL (the model name; unset: the server's first model), PINPOINT_RUNS (the runs root); "
             "below them, the user config $XDG_CONFIG_HOME/pinpoint/config.yaml (pinpoint config init). "
-            "Exit codes: 0 a patch, 1 no patch, 2 bad input or an infrastructure failure.")
+            "Exit codes: 0 a patch, 1 no patch (or an unexpected error: --debug shows its traceback), 2 bad input "
+            "or an infrastructure failure.")
 
 
 def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> Config:
     """Built-in defaults <- the command's `defaults` <- the user config file (XDG) <- OPENAI_BASE_URL /
     PINPOINT_MODEL <- --config file <- --set <- shortcut flags."""
     environment = {key: os.environ[var] for var, key in ENV_SETTINGS.items() if os.environ.get(var)}
-    flags = {"llm.base_url": args.base_url, "llm.model": args.model, "budget.max_steps": args.max_steps,
-             "search.policy": args.search, "runs.output_dir": args.output, "runs.run_id": args.run_id}
+    output = getattr(args, "output", None)
+    flags = {"llm.base_url": args.base_url, "llm.model": args.model, "runs.output_dir": str(output) if output else None,
+             "runs.run_id": getattr(args, "run_id", None)}
     return load_config(args.config, list(args.overrides), defaults=defaults, user_file=user_config_path(),
                        environment=environment, **flags)
 
@@ -98,7 +109,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from pinpoint.agent.solve import claim_run_folder, layout_for, solve_instance
 
     config = config_from_args(args)
-    use_registry(args.registry)
+    use_registry(None)
     sources = sources_from_args(args)
     instance = select_one(args.instance_id, args.dataset, sources)
     _endpoint_preflight(config)
@@ -119,11 +130,11 @@ def status_line(args: argparse.Namespace):
     """The run's live status line on stderr (agent.status.StatusLine), off with --quiet."""
     from pinpoint.agent.status import StatusLine
 
-    return StatusLine(console, enabled=not args.no_progress)
+    return StatusLine(console, enabled=not args.quiet)
 
 
 def _quiet_arg(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--quiet", "--no-progress", dest="no_progress", action="store_true",
+    parser.add_argument("-q", "--quiet", action="store_true",
                         help=f"no {what} on stderr (results and errors are still printed)")
 
 
@@ -162,7 +173,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         console.print(f"pinpoint batch: {len(items)} tasks, {len(items) - len(todo)} already in "
                       f"{layout.predictions}, {len(todo)} to run with {executor.describe()}")
         counts = run_batch(todo, executor, config, layout, evaluate=args.evaluate, sources=sources,
-                           fresh=args.fresh, console=console, quiet=args.no_progress)
+                           fresh=args.fresh, console=console, quiet=args.quiet)
     line = (f"pinpoint batch: {counts.submitted} submitted, {counts.other} ended otherwise, "
             f"{counts.failed} failed ({counts.infrastructure} of them infrastructure; rerun to retry)")
     if args.evaluate:
@@ -289,25 +300,23 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-
-    run = subparsers.add_parser("run", help="repair one SWE-bench instance in its container", epilog=ENV_HELP)
-    run.add_argument("instance_id")
+    run = add_command(subparsers, "run", "repair one SWE-bench instance in its container", RUN_EXAMPLES, ENV_HELP)
+    run.add_argument("instance_id", help="the SWE-bench instance id")
     dataset_args(run, many=False)
     run.add_argument("--evaluate", action="store_true", help="grade the patch with the official harness logic")
-    registry_arg(run)
     _quiet_arg(run, "live status line")
     _fresh_arg(run)
     _config_args(run)
     run.set_defaults(func=_cmd_run)
 
-    batch = subparsers.add_parser("batch", help="repair many instances; resumable; appends to preds.jsonl",
-                                  epilog=ENV_HELP)
+    batch = add_command(subparsers, "batch", "repair many instances; resumable; appends to preds.jsonl",
+                        BATCH_EXAMPLES, ENV_HELP)
     dataset_args(batch)
-    batch.add_argument("--limit", type=int, help="at most this many instances")
-    batch.add_argument("--tasks", help="JSONL of local tasks {instance_id, problem_statement, repo_path, "
-                       "base_commit?, test_command?} run on local checkouts instead of SWE-bench containers")
-    batch.add_argument("--workers", type=int, default=1, help="tasks at once (local); docker slots of a new "
-                       "local Ray instance (ray)")
+    batch.add_argument("-n", "--limit", type=int, help="at most this many instances")
+    batch.add_argument("--tasks", type=Path, metavar="FILE", help="JSONL of local tasks {instance_id, "
+                       "problem_statement, repo_path, base_commit?, test_command?} run on local checkouts instead of "
+                       "SWE-bench containers")
+    workers_arg(batch, "tasks at once")
     executor_args(batch)
     registry_arg(batch)
     batch.add_argument("--evaluate", action="store_true", help="grade each prediction as it is made")
@@ -315,8 +324,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _fresh_arg(batch)
     _config_args(batch)
     batch.set_defaults(func=_cmd_batch)
+    _fix_parser(subparsers)
 
-    fix = subparsers.add_parser("fix", help="repair your own repository from an issue", epilog=ENV_HELP)
+    demo = add_command(subparsers, "demo", "offline demo: embedded model on a real HumanEvalFix bug",
+                       "pinpoint demo\npinpoint demo --bug Python/23\n"
+                       "pinpoint demo --base-url http://localhost:8000/v1 --model Qwen2.5-Coder-32B-Instruct")
+    demo.add_argument("--bug", default="Python/2", help="HumanEvalFix task id (Python/2, Python/23, Python/45, ...)")
+    _config_args(demo, results=("output",))
+    demo.set_defaults(func=_cmd_demo)
+
+    show = add_command(subparsers, "show", "render a trajectory file",
+                       "pinpoint show runs/fix/default/trajectory.json\n"
+                       "pinpoint show runs/fix/default/trajectory.json --full\n"
+                       "pinpoint show trajectory.json --json | jq .events")
+    show.add_argument("trajectory", help="a trajectory.json file")
+    show.add_argument("--full", action="store_true", help="do not shorten long messages")
+    show.add_argument("--json", action="store_true", help="print the trajectory as JSON on stdout instead of the "
+                      "rendering")
+    show.set_defaults(func=_cmd_show)
+
+
+RUN_EXAMPLES = """\
+pinpoint run psf__requests-2317
+pinpoint run psf__requests-2317 --evaluate --base-url http://localhost:8000/v1 --model Qwen2.5-Coder-32B-Instruct
+pinpoint run django__django-11099 --source django/django=/src/django --set budget.max_steps=20 -o ~/runs"""
+BATCH_EXAMPLES = """\
+pinpoint batch -i psf__requests-2317 -i psf__requests-1142 --evaluate
+pinpoint batch --repos psf/requests -n 10 -j 4 -o ~/runs --run-id requests-10
+pinpoint batch --tasks my_tasks.jsonl --backend ray -j 8"""
+FIX_EXAMPLES = """\
+pinpoint fix . --issue issue.txt --test-cmd "python -m pytest -q tests"
+pinpoint fix https://github.com/OWNER/REPO --issue OWNER/REPO#42
+pinpoint fix ~/src/app --issue issue.md --local --branch pinpoint/fix-42 --set budget.max_steps=20"""
+
+
+def _fix_parser(subparsers: argparse._SubParsersAction) -> None:
+    """`pinpoint fix`'s arguments."""
+    fix = add_command(subparsers, "fix", "repair your own repository from an issue", FIX_EXAMPLES, ENV_HELP)
     fix.add_argument("repo", help="local repository path or git URL")
     fix.add_argument("--issue", required=True, help="a text file, a `gh issue view N --json title,body` export, "
                      "a GitHub issue URL or OWNER/REPO#N (GITHUB_TOKEN or GH_TOKEN for private ones)")
@@ -331,15 +375,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _fresh_arg(fix)
     _config_args(fix)
     fix.set_defaults(func=_cmd_fix)
-
-    demo = subparsers.add_parser("demo", help="offline demo: embedded model on a real HumanEvalFix bug")
-    demo.add_argument("--bug", default="Python/2", help="HumanEvalFix task id (Python/2, Python/23, Python/45, ...)")
-    _config_args(demo)
-    demo.set_defaults(func=_cmd_demo)
-
-    show = subparsers.add_parser("show", help="render a trajectory file")
-    show.add_argument("trajectory")
-    show.add_argument("--full", action="store_true", help="do not shorten long messages")
-    show.add_argument("--json", action="store_true", help="print the raw JSON")
-    show.set_defaults(func=_cmd_show)
-

@@ -12,7 +12,7 @@ import sys
 
 from pinpoint.agent.commands import ENV_SETTINGS, _config_args, config_from_args
 from pinpoint.agent.config import read_config_file, user_config_path
-from pinpoint.environments.cli import subcommand_group
+from pinpoint.environments.cli import add_command, subcommand_group
 from pinpoint.environments.errors import UsageError
 
 #: what `config init` writes: every line a comment, so the file changes nothing until one is uncommented
@@ -76,12 +76,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    group = subcommand_group(subparsers, "config", "the user config file and the effective settings")
-    init = group.add_parser("init", help="write a commented template to $XDG_CONFIG_HOME/pinpoint/config.yaml "
-                            "(default ~/.config/pinpoint/config.yaml)")
+    group = subcommand_group(subparsers, "config", "the user config file and the effective settings",
+                             "pinpoint config init\npinpoint config show")
+    init = add_command(group, "init", "write a commented template to $XDG_CONFIG_HOME/pinpoint/config.yaml "
+                       "(default ~/.config/pinpoint/config.yaml)", "pinpoint config init\npinpoint config init --force")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
     init.set_defaults(func=_cmd_init)
-    show = group.add_parser("show", help="print the settings an agent command would use (YAML on stdout, where "
-                            "they came from on stderr)")
-    _config_args(show)
+    show = add_command(group, "show", "print the settings an agent command would use (YAML on stdout, where "
+                       "they came from on stderr)", "pinpoint config show\n"
+                       "pinpoint config show --config team.yaml --set budget.max_steps=20")
+    _config_args(show, results=())
     show.set_defaults(func=_cmd_show)

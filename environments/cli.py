@@ -1,54 +1,82 @@
-"""`pinpoint env up|prune`, `pinpoint bench env`, `pinpoint bench sandbox` and `pinpoint bench soak`."""
+"""The guard every `pinpoint` command runs under, the helpers that give each command its examples, and
+`pinpoint env up|prune`, `pinpoint bench env|sandbox`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import textwrap
+import traceback
 from pathlib import Path
 
 from pinpoint.environments.errors import PinpointError, UsageError, is_storage_failure
-from pinpoint.environments.files import write_json_atomic
 
 
 def run_guarded(args: argparse.Namespace) -> int:
-    """Run the parsed command; an expected failure (PinpointError, bad input as ValueError, a missing file) prints
-    `pinpoint <command>: <message>` and exits 2, instead of a traceback. Anything else is a bug and keeps its own."""
+    """Run the parsed command. pinpoint's own expected failures (PinpointError: bad input, an engine down) print
+    `pinpoint <command>: <message>` and exit 2; anything else is a bug: one line that says so and exit 1, or the
+    traceback with `--debug`."""
+    debug = bool(getattr(args, "debug", False))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("pinpoint: interrupted; results already written are kept", file=sys.stderr)
         return 130
-    except (PinpointError, ValueError, FileNotFoundError) as exc:
+    except PinpointError as exc:
+        if debug:
+            traceback.print_exc()
         print(f"pinpoint {command_name(args)}: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a full or failing disk is the machine's trouble, not a bug: say so and keep going
-        if not is_storage_failure(exc):
-            raise
-        print(f"pinpoint {command_name(args)}: {_one_line(exc)} (free space or fix the disk, then rerun the same "
-              "command: results already written are kept and it resumes)", file=sys.stderr)
-        return 2
+    except Exception as exc:  # noqa: BLE001 - the one place a bug becomes one line instead of a traceback
+        if debug:
+            traceback.print_exc()
+        if is_storage_failure(exc):  # a full or failing disk is the machine's trouble, not a bug: say so
+            print(f"pinpoint {command_name(args)}: {_one_line(exc)} (free space or fix the disk, then rerun the same "
+                  "command: results already written are kept and it resumes)", file=sys.stderr)
+            return 2
+        if not debug:
+            print(f"pinpoint {command_name(args)}: unexpected error: {type(exc).__name__}: {_text(exc)} (rerun with "
+                  "--debug for the traceback)", file=sys.stderr)
+        return 1
 
 
 def command_name(args: argparse.Namespace) -> str:
-    """`bench retrieval` for `pinpoint bench retrieval ...`: the command and its group's subcommand."""
+    """`bench grading` for `pinpoint bench grading ...`: the command and its group's subcommand."""
     subs = [value for key, value in vars(args).items() if key.endswith("_command") and isinstance(value, str)]
     return " ".join([str(getattr(args, "command", "") or ""), *subs]).strip()
+
+
+def _text(exc: BaseException) -> str:
+    """The message of `exc` on one line (a YAML or apply log spans several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _one_line(exc: BaseException) -> str:
     """The message of `exc` on one line, prefixed with its kind where that says more than the text (SpecError,
     BuildError)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__  # one line: a YAML or apply log spans several
     kind = type(exc).__name__
-    return text if kind in ("ValueError", "UsageError", "ConfigError", "DatasetError") else f"{kind}: {text}"
+    return _text(exc) if kind in ("UsageError", "ConfigError", "DatasetError") else f"{kind}: {_text(exc)}"
+
+
+def epilog(examples: str, notes: str = "") -> str:
+    """A command's `--help` tail: its examples, then any notes, wrapped to the terminal's usual width."""
+    parts = ["examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  ")] if examples.strip() else []
+    return "\n\n".join(parts + ([textwrap.fill(notes, 100)] if notes else []))
+
+
+def add_command(subparsers, name: str, help: str, examples: str, notes: str = "") -> argparse.ArgumentParser:
+    """`pinpoint ... <name>`, whose --help says what it does and ends with its examples."""
+    return subparsers.add_parser(name, help=help, description=help, epilog=epilog(examples, notes),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 BENCH_HELP = "benchmarks (figures beside a baseline from the same run)"
 
 
-def subcommand_group(subparsers, name: str, help: str) -> argparse._SubParsersAction:
+def subcommand_group(subparsers, name: str, help: str, examples: str = "") -> argparse._SubParsersAction:
     """The sub-subparsers of `name`, created on first use, so several packages can add `pinpoint <name> X`."""
-    parser = subparsers.choices.get(name) or subparsers.add_parser(name, help=help)
+    parser = subparsers.choices.get(name) or add_command(subparsers, name, help, examples)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return action
@@ -56,42 +84,68 @@ def subcommand_group(subparsers, name: str, help: str) -> argparse._SubParsersAc
 
 
 def register(subparsers) -> None:
-    env = subcommand_group(subparsers, "env", "Docker engine and containers")
-    up = env.add_parser("up", help="make sure a Docker engine answers (installs docker.io and starts dockerd as root)")
+    env = subcommand_group(subparsers, "env", "Docker engine and containers", "pinpoint env up\npinpoint env prune")
+    up = add_command(env, "up", "make sure a Docker engine answers (installs docker.io and starts dockerd as root)",
+                     "pinpoint env up\npinpoint env up --timeout 300 --save-base")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a started dockerd")
     up.add_argument("--save-base", action="store_true", help="also save the base images this engine has as tarballs "
                     "under $PINPOINT_CACHE/images (the builder saves the ones it builds; `env up` loads them)")
     up.set_defaults(func=_up)
-    prune = env.add_parser("prune", help="remove your pinpoint containers whose run has ended (--all: everyone's, "
-                                         "running or not)")
-    prune.add_argument("--run-id", help="every container of this run (label pinpoint.run), running or not")
+    prune = add_command(env, "prune", "remove your pinpoint containers whose run has ended (--all: everyone's, "
+                        "running or not)", "pinpoint env prune\npinpoint env prune --label 3f2a9c1b7d4e\n"
+                        "pinpoint env prune --all")
+    prune.add_argument("--label", metavar="ID", help="every container whose pinpoint.run label is ID (the `run id:` "
+                       "a rollout prints), running or not")
     prune.add_argument("--all", action="store_true", dest="every",
                        help="every pinpoint container on this engine, any user's, running runs' too")
     prune.set_defaults(func=_prune)
 
-    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
-    env_bench = bench.add_parser("env", help="container start, reset, command round trip, concurrency vs baseline")
-    env_bench.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP, BENCH_EXAMPLES)
+    env_bench = add_command(bench, "env", "container start, reset, command round trip, concurrency vs baseline",
+                            "pinpoint bench env\npinpoint bench env --concurrency 4 --repeats 10 --json > env.json")
+    json_arg(env_bench)
     env_bench.add_argument("--concurrency", type=int, default=8, help="environments started at once (default 8)")
     env_bench.add_argument("--repeats", type=int, default=20, help="samples per timed operation (default 20)")
     env_bench.add_argument("--image", help="repository image to use (default: psf/requests, built if missing)")
     env_bench.set_defaults(func=_bench)
-    sandbox = bench.add_parser("sandbox", help="the adversarial suite: each attack and whether it was contained")
-    sandbox.add_argument("--json", type=Path, help="also write the outcomes to this file as one JSON object")
+    sandbox = add_command(bench, "sandbox", "the adversarial suite: each attack and whether it was contained",
+                          "pinpoint bench sandbox\npinpoint bench sandbox --command-user 1000 --json > sandbox.json")
+    json_arg(sandbox)
     sandbox.add_argument("--image", help="repository image to attack (default: psf/requests, built if missing)")
     sandbox.add_argument("--disk-limit", default="512m", help="disk bound for the run (default 512m: fillers hit it fast)")
     sandbox.add_argument("--mem-limit", default="1g", help="memory bound for the run (default 1g)")
     sandbox.add_argument("--pids-limit", type=int, default=256, help="process bound for the run (default 256)")
     sandbox.add_argument("--command-user", default="root", help="who commands run as: root (default) or a uid")
     sandbox.set_defaults(func=_bench_sandbox)
-    soak = bench.add_parser("soak", help="many resets and commands in one environment, many environments at once: "
-                                         "leaks and p95 drift")
-    soak.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
-    soak.add_argument("--image", help="repository image (default: psf/requests, built if missing)")
-    soak.add_argument("--resets", type=int, default=1000, help="dirty-then-reset cycles in one environment")
-    soak.add_argument("--commands", type=int, default=1000, help="commands in the same environment")
-    soak.add_argument("--concurrent", type=int, default=64, help="environments started at once")
-    soak.set_defaults(func=_bench_soak)
+
+
+BENCH_EXAMPLES = """\
+pinpoint bench env
+pinpoint bench grading -i psf__requests-2931
+pinpoint bench rl --json > rl.json"""
+
+
+def json_arg(parser: argparse.ArgumentParser) -> None:
+    """`--json`, the same switch on every command that has it: the results as JSON on stdout, nothing else there."""
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object on stdout "
+                        "instead of the table")
+
+
+def workers_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """`-j/--workers N`, the same on every command that fans out."""
+    parser.add_argument("-j", "--workers", type=int, default=1, help=f"{what} (local, default 1); docker slots "
+                        "of a new local Ray instance (ray)")
+
+
+def output_arg(parser: argparse.ArgumentParser) -> None:
+    """`-o/--output DIR`, the results root of every command that writes a run folder."""
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR", help="results root: a run's results go to "
+                        "<output>/<run-id>/ (default: $PINPOINT_RUNS, else runs/ in the working directory)")
+
+
+def print_json(value: object) -> None:
+    """The results as `--json` prints them."""
+    print(json.dumps(value, indent=2))
 
 
 def _up(args) -> int:
@@ -118,8 +172,8 @@ def _prune(args) -> int:
     from pinpoint.environments.engine import client
     from pinpoint.environments.labels import prune_containers
 
-    named = args.every or bool(args.run_id)  # a run named by its id is pruned whole, whoever started it
-    removed = prune_containers(client(), args.run_id, every_user=named, orphans_only=not named)
+    named = args.every or bool(args.label)  # a run named by its id is pruned whole, whoever started it
+    removed = prune_containers(client(), args.label, every_user=named, orphans_only=not named)
     print(f"removed {removed} pinpoint container(s)")
     return 0
 
@@ -155,11 +209,10 @@ def _bench(args) -> int:
     table.add_row("  per environment ms p50 / p95", f"{f['concurrent_env_ms_p50']} / {f['concurrent_env_ms_p95']}",
                   "", "")
     table.add_row("  failures", str(f["concurrent_failures"]), "", "")
-    Console(width=max(Console().width, 110)).print(table)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(args.json, figures, indent=2)
-        print(f"wrote {args.json}")
+        print_json(figures)
+    else:
+        Console(width=max(Console().width, 110)).print(table)
     return 0
 
 
@@ -180,36 +233,9 @@ def _bench_sandbox(args) -> int:
     for o in figures["attacks"]:
         table.add_row(o["attack"], o["tried"], o["status"], *("yes" if o[k] else "NO" for k in
                                                               ("contained", "reset_clean", "host_unaffected")))
-    Console(width=max(Console().width, 160)).print(table)
-    print(f"attacks contained: {figures['contained']} / {figures['tried']}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(args.json, figures, indent=2)
-        print(f"wrote {args.json}")
+        print_json(figures)
+    else:
+        Console(width=max(Console().width, 160)).print(table)
+        print(f"attacks contained: {figures['contained']} / {figures['tried']}")
     return 0 if figures["contained"] == figures["tried"] else 1
-
-
-def _bench_soak(args) -> int:
-    from pinpoint.environments.bench import bench_image
-    from pinpoint.environments.soak import run_soak
-
-    if min(args.resets, args.commands, args.concurrent) < 1:
-        raise UsageError("--resets, --commands and --concurrent must be >= 1")
-    figures = run_soak(args.image or bench_image(), resets=args.resets, commands=args.commands,
-                       concurrent=args.concurrent)
-    one, crowd = figures["one_environment"], figures["at_once"]
-    for what in ("reset", "command"):
-        f = one[what]
-        print(f"{what:8} p50 {f['p50_ms']} ms, p95 {f['p95_ms']} ms; p95 first tenth {f['first_tenth_p95_ms']} ms, "
-              f"last tenth {f['last_tenth_p95_ms']} ms ({f['last_vs_first_p95']}x)")
-    print(f"resets left dirty: {one['dirty_after_reset']} / {one['resets']}; commands failed: "
-          f"{one['failed_commands']} / {one['commands']}")
-    print(f"{crowd['environments']} environments at once: {crowd['failures']} failed, wall {crowd['wall_s']} s, "
-          f"per environment p50 {crowd['env_p50_ms']} ms, p95 {crowd['env_p95_ms']} ms")
-    print("leaked after the soak: " + ", ".join(f"{k} {v}" for k, v in figures["leaked"].items()))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(args.json, figures, indent=2)
-        print(f"wrote {args.json}")
-    clean = figures["leak_free"] and not one["dirty_after_reset"] and not one["failed_commands"]
-    return 0 if clean and not crowd["failures"] else 1

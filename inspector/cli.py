@@ -1,4 +1,4 @@
-"""`pinpoint inspect [PATH] [--port N] [--export FILE.html]` and `pinpoint bench inspector`: arguments and prints."""
+"""`pinpoint inspect [PATH] [--port N] [--export FILE.html]`: arguments and prints."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from pinpoint.environments import paths
-from pinpoint.environments.cli import BENCH_HELP, subcommand_group
+from pinpoint.environments.cli import add_command
 from pinpoint.environments.errors import UsageError
 
 
@@ -43,30 +43,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from pinpoint.inspector.bench import bench_inspector, format_bench, write_json
-
-    if args.events < 1:
-        raise UsageError("--events must be at least 1")
-    result = bench_inspector(Path(args.trajectory) if args.trajectory else None, args.events)
-    print(format_bench(result))
-    if args.json:
-        write_json(result, Path(args.json))
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
-    inspect = subparsers.add_parser("inspect", help="web inspector: trajectories, localization, search, verdicts, "
-                                    "batches and RL datasets in a browser")
+    inspect = add_command(subparsers, "inspect", "web inspector: trajectories, localization, search, verdicts, "
+                          "batches and RL datasets in a browser",
+                          "pinpoint inspect\npinpoint inspect runs/fix --port 8080\n"
+                          "pinpoint inspect runs/fix/default/trajectory.json --export fix.html\n"
+                          "pinpoint inspect rollouts.jsonl")
     inspect.add_argument("path", nargs="?", help="a trajectory, a run folder, a runs root or an RL dataset "
                          "(default: the runs root)")
     inspect.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     inspect.add_argument("--export", metavar="FILE.html", help="write one self-contained page instead of serving")
     inspect.set_defaults(func=_cmd_inspect)
-
-    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
-    inspector = bench.add_parser("inspector", help="page load time of a 10,000-event trajectory vs a small one")
-    inspector.add_argument("--trajectory", help="the real trajectory to repeat (default: the newest under runs/)")
-    inspector.add_argument("--events", type=int, default=10_000, help="events in the large trajectory")
-    inspector.add_argument("--json", help="also write the figures to this file")
-    inspector.set_defaults(func=_cmd_bench)

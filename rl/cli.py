@@ -1,95 +1,111 @@
-"""`pinpoint rl prepare`, `pinpoint rollout` and `pinpoint bench rl`: arguments and printing only."""
+"""`pinpoint rl prepare|rollout|dataset|filter` and `pinpoint bench rl`: arguments and printing only."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from pinpoint.environments.cli import BENCH_HELP, subcommand_group
+from pinpoint.agent.commands import set_arg
+from pinpoint.environments.cli import (
+    BENCH_EXAMPLES,
+    BENCH_HELP,
+    add_command,
+    json_arg,
+    print_json,
+    subcommand_group,
+    workers_arg,
+)
 from pinpoint.environments.errors import UsageError
+from pinpoint.environments.executor import executor_args
+from pinpoint.swebench_eval.cli import instance_arg
 
 ROLLOUT_BACKENDS = ("llama.cpp", "vllm", "sglang", "openai")
-EXECUTORS = ("local", "ray")
 SUSPECTS = ("none", "oracle")
 POLICY_HELP = ("scripted-gold (a FAKE that replays the reference patch), noop, embedded (the offline SmolLM2), or "
                "the URL of an OpenAI-compatible endpoint (with --model)")
 
 
 def register(subparsers) -> None:
-    rl = subcommand_group(subparsers, "rl", "the RL environment: prepare a tasks file's images, build a training "
-                          "parquet, filter rollouts")
-    prepare = rl.add_parser("prepare", help="build (or find) the image of every task and start its warm container")
+    rl = subcommand_group(subparsers, "rl", "the RL environment: prepare a tasks file's images, roll out episodes, "
+                          "build a training parquet, filter rollouts", RL_EXAMPLES)
+    prepare = add_command(rl, "prepare", "build (or find) the image of every task and start its warm container",
+                          "pinpoint rl prepare --tasks tasks.jsonl\npinpoint rl prepare --tasks tasks.jsonl "
+                          "--suspects oracle")
     _task_args(prepare)
     prepare.add_argument("--suspects", choices=SUSPECTS, default="none",
                          help="oracle: also compute and cache each task's oracle suspects in its box (docs/rl.md), so "
-                         "the first resets of `rollout --suspects oracle` or a trainer's `suspects: oracle` read them")
+                         "the first resets of `rl rollout --suspects oracle` or a trainer's `suspects: oracle` read "
+                         "them")
     prepare.set_defaults(func=_prepare)
-    dataset = rl.add_parser("dataset", help="the training parquet of a tasks file, for verl's agent loop and SkyRL")
+    _rollout_parser(rl)
+    dataset = add_command(rl, "dataset", "the training parquet of a tasks file, for verl's agent loop and SkyRL",
+                          "pinpoint rl dataset --tasks tasks.jsonl -o train.parquet\n"
+                          "pinpoint rl dataset --tasks tasks.jsonl -o train.parquet --curriculum rollouts.jsonl")
     _task_args(dataset)
-    dataset.add_argument("--out", type=Path, required=True, help="the training file (.parquet)")
+    dataset.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
+                         help="the training file (.parquet)")
     dataset.add_argument("--curriculum", type=Path, metavar="ROLLOUTS",
                          help="order the tasks easy to hard by their pass rates in this earlier rollout dataset")
     dataset.add_argument("--hardest-first", action="store_true", help="with --curriculum: hard to easy")
     dataset.add_argument("--split", default="train", help="extra_info.split of every row")
     dataset.set_defaults(func=_dataset)
-    drop = rl.add_parser("filter", help="drop the GRPO groups of a rollout dataset whose rewards are all equal")
-    drop.add_argument("rollouts", type=Path, help="a `pinpoint rollout` dataset (.jsonl or .parquet)")
-    drop.add_argument("--out", type=Path, required=True, help="the kept rows (.jsonl or .parquet)")
+    drop = add_command(rl, "filter", "drop the GRPO groups of a rollout dataset whose rewards are all equal",
+                       "pinpoint rl filter rollouts.jsonl -o kept.parquet")
+    drop.add_argument("rollouts", type=Path, help="a `pinpoint rl rollout` dataset (.jsonl or .parquet)")
+    drop.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
+                      help="the kept rows (.jsonl or .parquet)")
     drop.set_defaults(func=_filter)
 
-    _rollout_parser(subparsers)
-
-    bench = subcommand_group(subparsers, "bench", BENCH_HELP)
-    rl_bench = bench.add_parser("rl", help="warm pool vs a fresh container per episode; Ray workers; concurrency")
-    rl_bench.add_argument("--instance", default="psf__requests-1142", help="SWE-bench dev row to run episodes on")
+    bench = subcommand_group(subparsers, "bench", BENCH_HELP, BENCH_EXAMPLES)
+    rl_bench = add_command(bench, "rl", "warm pool vs a fresh container per episode; Ray workers; concurrency",
+                           "pinpoint bench rl\npinpoint bench rl -i psf__requests-2317 --no-generator --json > rl.json")
+    instance_arg(rl_bench, "the SWE-bench dev row to run episodes on (one; default psf__requests-1142)")
     rl_bench.add_argument("--repeats", type=int, default=30, help="hand-outs and resets timed")
     rl_bench.add_argument("--episodes", type=int, default=12, help="short episodes per throughput figure")
     rl_bench.add_argument("--no-generator", action="store_true", help="skip the embedded-model episodes")
-    rl_bench.add_argument("--json", type=Path, help="also write the figures to this file as one JSON object")
-    rl_bench.add_argument("--faults", action="store_true",
-                          help="instead: a GRPO-style rollout of the embedded model with a box docker-killed and the "
-                          "model server restarted mid-run, then a driver SIGKILLed mid-run (rl/faults.py)")
-    rl_bench.add_argument("--fault-tasks", type=int, default=16, help="with --faults: tasks (GRPO groups)")
-    rl_bench.add_argument("--fault-samples", type=int, default=4, help="with --faults: samples per task")
-    rl_bench.add_argument("--docker-tasks", type=int, default=4,
-                          help="with --faults: how many of the tasks are SWE-bench rows in docker boxes")
-    rl_bench.add_argument("--on-failure", choices=["mask", "retry"], default="retry", help="with --faults")
+    json_arg(rl_bench)
     rl_bench.set_defaults(func=_bench)
 
 
-def _rollout_parser(subparsers) -> None:
-    """`pinpoint rollout`'s arguments."""
-    rollout = subparsers.add_parser("rollout", help="episodes (here or on Ray) into a dataset file that resumes after a "
-                                    "kill")
+RL_EXAMPLES = """\
+pinpoint rl prepare --tasks tasks.jsonl
+pinpoint rl rollout --tasks tasks.jsonl --policy embedded -o rollouts.jsonl --samples-per-task 4
+pinpoint rl filter rollouts.jsonl -o kept.parquet"""
+ROLLOUT_EXAMPLES = """\
+pinpoint rl rollout --tasks tasks.jsonl --policy scripted-gold -o rollouts.jsonl
+pinpoint rl rollout --tasks tasks.jsonl --policy http://localhost:8000/v1 --model Qwen2.5-Coder-7B-Instruct \\
+    --model-backend vllm --samples-per-task 8 -j 2 --concurrency 4 -o rollouts.parquet
+pinpoint rl rollout --tasks tasks.jsonl --policy embedded --backend ray -j 8 --set llm.temperature=0.7 \\
+    -o rollouts.jsonl"""
+
+
+def _rollout_parser(rl) -> None:
+    """`pinpoint rl rollout`'s arguments."""
+    rollout = add_command(rl, "rollout", "episodes (here or on Ray) into a dataset file that resumes after a kill",
+                          ROLLOUT_EXAMPLES)
     _task_args(rollout)
     rollout.add_argument("--policy", required=True, help=POLICY_HELP)
     rollout.add_argument("--model", default="default", help="model name at --policy URL")
-    rollout.add_argument("--backend", action=_BackendAction, metavar="{local,ray,llama.cpp,vllm,openai}",
-                         help="local (threads here, the default) or ray (actors on a Ray cluster: docs/cluster.md), "
-                         "as for batch and eval; and, given again or as --model-backend, how --policy URL is "
-                         "spoken to: llama.cpp (default) or vllm (token-exact, through the recording gateway), "
-                         "openai (any OpenAI-compatible server: no token ids recorded)")
-    rollout.add_argument("--model-backend", dest="model_backend", choices=ROLLOUT_BACKENDS,
-                         help="how --policy URL is spoken to (the same as --backend llama.cpp|vllm|openai)")
-    rollout.set_defaults(executor="local", model_backend="llama.cpp")
-    rollout.add_argument("--temperature", type=float, help="sampling temperature (default: the config's llm one)")
-    rollout.add_argument("--seed", type=int, help="sampling seed: sample s of each task gets SEED + s")
+    executor_args(rollout)
+    rollout.add_argument("--model-backend", choices=ROLLOUT_BACKENDS, default="llama.cpp",
+                         help="how --policy URL is spoken to: llama.cpp (default), vllm or sglang (token-exact, "
+                         "through the recording gateway; sglang needs --tokenizer), openai (any OpenAI-compatible "
+                         "server: no token ids recorded); the sampling temperature is --set llm.temperature=T")
+    rollout.add_argument("--seed", type=int, help="sampling seed: each turn's seed is a hash of (SEED, task, "
+                         "sample, turn), so the same command samples the same replies and turns are independent")
     rollout.add_argument("--tokenizer", metavar="PATH",
-                         help="a local Hugging Face tokenizer of the served model: needed by --backend sglang (its "
-                              "chat template); with --backend openai, calls are recorded retokenized")
-    rollout.add_argument("--out", type=Path, required=True, help="dataset file: .jsonl, or .parquet")
+                         help="a local Hugging Face tokenizer of the served model: needed by --model-backend sglang "
+                         "(its chat template); with --model-backend openai, calls are recorded retokenized")
+    rollout.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
+                         help="dataset file: .jsonl, or .parquet")
     rollout.add_argument("--samples-per-task", type=int, default=1, help="G: samples of each task (a GRPO group)")
-    rollout.add_argument("--workers", type=int, default=1, help="episode workers (Ray actors with --backend ray), "
-                         "each with its own warm pool; a task's samples all go to one")
+    workers_arg(rollout, "episode workers, each with its own warm pool (a task's samples all go to one)")
     rollout.add_argument("--concurrency", type=int, default=1, help="episodes at once per worker")
     rollout.add_argument("--containers-per-worker", type=int,
                          help="the bound on live containers per worker (default: --concurrency + 1); the engine "
                          "sees at most workers x this")
-    rollout.add_argument("--address", help="the Ray cluster to join (default: $RAY_ADDRESS, else a new local "
-                         "instance); with --backend ray")
     rollout.add_argument("--reward", choices=["unit", "precise", "localization"], default="unit")
     rollout.add_argument("--max-steps", type=int, default=30, help="steps per episode (then truncated and graded)")
     rollout.add_argument("--suspects", choices=SUSPECTS, default="none",
@@ -98,20 +114,26 @@ def _rollout_parser(subparsers) -> None:
     rollout.add_argument("--grader", choices=["fresh", "pooled"], default="pooled",
                          help="grade in a pooled box of the instance image reset in place (default; the same "
                          "verdicts as fresh, `pinpoint bench grading`) or a fresh container per grading (as the harness)")
-    rollout.add_argument("--on-failure", choices=["mask", "retry"], default="mask",
-                         help="an episode ended by an infrastructure failure: mask (its row says `masked`; a rerun "
-                         "retries it) or retry (--retries tries in all, each on a fresh box, then masked)")
+    rollout.add_argument("--on-failure", choices=["retry", "mask", "raise"], default="retry",
+                         help="an episode ended by an infrastructure failure: retry (the default: --retries tries in "
+                         "all, each on a fresh box, after waiting up to --server-wait for a model server that went "
+                         "down; then masked), mask (its row says `masked`; a rerun retries it) or raise (stop the "
+                         "run at the first one)")
     rollout.add_argument("--retries", type=int, default=3, help="tries in all under --on-failure retry")
     rollout.add_argument("--retry-wait", type=float, default=5.0, metavar="S",
                          help="seconds before the second try under retry, doubling after")
+    rollout.add_argument("--server-wait", type=float, default=180.0, metavar="S",
+                         help="under retry, how long to wait for a model server that went down to answer its health "
+                         "check again before the next try (a vLLM restart takes 2 min; the wait is in the row)")
     rollout.set_defaults(func=_rollout)
 
 
 def _task_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tasks", type=Path, required=True, help="JSONL: instance ids, SWE-bench rows or local tasks")
+    parser.add_argument("--tasks", type=Path, required=True, metavar="FILE",
+                        help="JSONL: instance ids, SWE-bench rows or local tasks")
     parser.add_argument("--dataset", help="SWE-bench rows that instance ids are looked up in (default: the dev rows)")
     parser.add_argument("--config", help="YAML or TOML config; its `runtime` (and `llm`) sections apply")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    set_arg(parser)
 
 
 def _config(args: argparse.Namespace):
@@ -163,14 +185,14 @@ def _dataset(args: argparse.Namespace) -> int:
     from pinpoint.rl.dataset import curriculum, write_training_parquet
     from pinpoint.rl.tasks import load_tasks
 
-    if args.out.suffix != ".parquet":
-        raise UsageError(f"--out {args.out}: the training file is Parquet (name it *.parquet)")
+    if args.output.suffix != ".parquet":
+        raise UsageError(f"--output {args.output}: the training file is Parquet (name it *.parquet)")
     if args.hardest_first and not args.curriculum:
         raise UsageError("--hardest-first needs --curriculum ROLLOUTS")
     tasks = load_tasks(args.tasks, args.dataset)
     if args.curriculum:
         tasks = curriculum(tasks, _rollout_rows(args.curriculum), hardest_first=args.hardest_first)
-    print(f"{write_training_parquet(tasks, args.out, args.split)} task row(s) in {args.out}")
+    print(f"{write_training_parquet(tasks, args.output, args.split)} task row(s) in {args.output}")
     return 0
 
 
@@ -189,18 +211,19 @@ def _filter(args: argparse.Namespace) -> int:
     from pinpoint.rl.dataset import drop_equal_groups
     from pinpoint.rl.rollout import _write_parquet
 
-    if args.out.suffix not in (".jsonl", ".parquet"):
-        raise UsageError(f"--out {args.out}: name it *.jsonl or *.parquet")
-    if args.out.resolve() == args.rollouts.resolve():
-        raise UsageError("--out must not be the rollout dataset itself")
+    out = args.output
+    if out.suffix not in (".jsonl", ".parquet"):
+        raise UsageError(f"--output {out}: name it *.jsonl or *.parquet")
+    if out.resolve() == args.rollouts.resolve():
+        raise UsageError("--output must not be the rollout dataset itself")
     rows = _rollout_rows(args.rollouts)
     kept, dropped = drop_equal_groups(rows)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    if args.out.suffix == ".parquet":
-        _write_parquet(kept, args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".parquet":
+        _write_parquet(kept, out, like=rows)
     else:
-        args.out.write_text("".join(json.dumps(row) + "\n" for row in kept))
-    print(f"kept {len(kept)} of {len(rows)} row(s) in {args.out}: dropped {len(dropped)} group(s) whose rewards "
+        out.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    print(f"kept {len(kept)} of {len(rows)} row(s) in {out}: dropped {len(dropped)} group(s) whose rewards "
           "were all equal")
     return 0
 
@@ -212,6 +235,8 @@ def _rollout(args: argparse.Namespace) -> int:
 
     if min(args.samples_per_task, args.workers, args.concurrency, args.max_steps, args.retries) < 1:
         raise UsageError("--samples-per-task, --workers, --concurrency, --max-steps and --retries must be >= 1")
+    if min(args.retry_wait, args.server_wait) < 0:
+        raise UsageError("--retry-wait and --server-wait must be >= 0")
     config = _config(args)
     settings = EnvSettings(reward=args.reward, max_steps=args.max_steps, grader=args.grader, suspects=args.suspects,
                            runtime=config.runtime)
@@ -219,55 +244,41 @@ def _rollout(args: argparse.Namespace) -> int:
     if containers < 1:
         raise UsageError("--containers-per-worker must be >= 1")
     _check_backend(args)
-    spec = RolloutSpec(load_tasks(args.tasks, args.dataset), args.policy, args.out, args.samples_per_task,
-                       args.workers, args.concurrency, args.address, args.executor, settings, _llm(args, config),
+    spec = RolloutSpec(load_tasks(args.tasks, args.dataset), args.policy, args.output, args.samples_per_task,
+                       args.workers, args.concurrency, args.address, args.backend, settings, _llm(args, config),
                        containers, backend=args.model_backend.replace("llama.cpp", "llamacpp"), seed=args.seed,
                        tokenizer=args.tokenizer, on_failure=args.on_failure, retries=args.retries,
-                       retry_wait_s=args.retry_wait)
+                       retry_wait_s=args.retry_wait, server_wait_s=args.server_wait)
     todo = len(pending(spec))
     total = len(spec.tasks) * spec.samples_per_task
     rows = _with_progress(spec, todo, total, run_rollout)
     rewards = [r["reward"] for r in rows if r.get("reward") is not None]
     failed = [r for r in rows if r.get("status") == "infra_failure"]
     mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "n/a"
-    print(f"{len(rows)}/{total} episodes in {args.out} ({todo} run now): mean reward {mean}, "
+    print(f"{len(rows)}/{total} episodes in {args.output} ({todo} run now): mean reward {mean}, "
           f"{len(failed)} infrastructure failure(s)")
     if rows and len(failed) == len(rows):
         reason = str((failed[-1].get("reward_info") or {}).get("reason", "no reason given")).splitlines()[0][:300]
-        print(f"pinpoint rollout: every episode was an infrastructure failure (last: {reason})")
+        print(f"pinpoint rl rollout: every episode was an infrastructure failure (last: {reason})")
         return 1
     return 0
 
 
-class _BackendAction(argparse.Action):
-    """`--backend`: an executor (local, ray) or a model backend (llama.cpp, vllm, openai), told apart by value."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: object,
-                 option: str | None = None) -> None:
-        if value in EXECUTORS:
-            namespace.executor = value
-        elif value in ROLLOUT_BACKENDS:
-            namespace.model_backend = value
-        else:
-            parser.error(f"argument --backend: invalid choice: {value!r} (choose from "
-                         f"{', '.join(EXECUTORS + ROLLOUT_BACKENDS)})")
-
-
 def _check_backend(args: argparse.Namespace) -> None:
-    """One-line errors for what --backend cannot do."""
-    if args.address and args.executor != "ray":
+    """One-line errors for what --backend and --model-backend cannot do."""
+    if args.address and args.backend != "ray":
         raise UsageError("--address names a Ray cluster: use it with --backend ray")
-    args.backend = args.model_backend
-    if args.backend == "sglang" and not args.tokenizer:
-        raise UsageError("--backend sglang needs --tokenizer PATH (a local Hugging Face tokenizer of the served "
+    if args.model_backend == "sglang" and not args.tokenizer:
+        raise UsageError("--model-backend sglang needs --tokenizer PATH (a local Hugging Face tokenizer of the served "
                          "model): SGLang serves token ids but no chat template")
-    if args.policy == "embedded" and args.backend != "llama.cpp":
-        raise UsageError(f"--backend {args.backend}: the embedded model is a llama.cpp server; drop --backend")
-    if args.seed is not None and args.backend == "openai" and not args.tokenizer:
-        raise UsageError("--seed with --backend openai needs --tokenizer: the seed reaches the server through the "
+    if args.policy == "embedded" and args.model_backend != "llama.cpp":
+        raise UsageError(f"--model-backend {args.model_backend}: the embedded model is a llama.cpp server; drop "
+                         "--model-backend")
+    if args.seed is not None and args.model_backend == "openai" and not args.tokenizer:
+        raise UsageError("--seed with --model-backend openai needs --tokenizer: the seed reaches the server through the "
                          "recording gateway, which an untokenized openai rollout does not use")
-    if args.backend == "openai" and not args.tokenizer and args.policy not in ("scripted-gold", "noop"):
-        print("pinpoint rollout: --backend openai without --tokenizer: the rows carry no token ids", file=sys.stderr)
+    if args.model_backend == "openai" and not args.tokenizer and args.policy not in ("scripted-gold", "noop"):
+        print("pinpoint rl rollout: --model-backend openai without --tokenizer: the rows carry no token ids", file=sys.stderr)
 
 
 def _llm(args: argparse.Namespace, config):
@@ -275,16 +286,15 @@ def _llm(args: argparse.Namespace, config):
 
     if args.policy in SCRIPTED_POLICIES:
         return None
-    temperature = {} if args.temperature is None else {"temperature": args.temperature}
     if args.policy == "embedded":
         from pinpoint.agent.embedded_model import start_embedded_model
 
-        return start_embedded_model(dataclasses.replace(config.llm, **temperature))
+        return start_embedded_model(config.llm)
     if "://" not in args.policy:
         raise UsageError(f"--policy {args.policy!r}: expected {POLICY_HELP}")
     from pinpoint.agent.llm_config import LLMConfig
 
-    return LLMConfig(**{**config.llm.__dict__, "base_url": args.policy, "model": args.model, **temperature})
+    return LLMConfig(**{**config.llm.__dict__, "base_url": args.policy, "model": args.model})
 
 
 def _with_progress(spec, todo: int, total: int, run):
@@ -302,42 +312,23 @@ def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    if args.faults:
-        return _bench_faults(args)
     if args.repeats < 2 or args.episodes < 3:
         raise UsageError("--repeats must be >= 2 and --episodes >= 3")
-    task = RlTask.swebench(select_one(args.instance, None))
+    instances = args.instances or ["psf__requests-1142"]
+    if len(instances) > 1:
+        raise UsageError(f"-i/--instance: bench rl runs on one instance, got {len(instances)}")
+    task = RlTask.swebench(select_one(instances[0], None))
     f = run_bench(task, args.repeats, args.episodes, with_generator=not args.no_generator)
+    if args.json:
+        print_json(f)
+        return 0
     table = Table(title=f"pinpoint bench rl ({f['task']}; scripted gold policy = a fake)")
     for column in ("measure", "pinpoint", "baseline", "ratio"):
         table.add_column(column, justify="left" if column == "measure" else "right")
     for row in _bench_rows(f):
         table.add_row(*row)
     Console(width=max(Console().width, 120)).print(table)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(f, indent=1) + "\n")
     return 0
-
-
-def _bench_faults(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from pinpoint.rl.faults import FaultPlan, run_faults
-
-    if min(args.fault_tasks, args.fault_samples) < 1 or args.docker_tasks < 0:
-        raise UsageError("--fault-tasks and --fault-samples must be >= 1, --docker-tasks >= 0")
-    plan = FaultPlan(tasks=args.fault_tasks, samples=args.fault_samples, docker_tasks=args.docker_tasks,
-                     on_failure=args.on_failure)
-    with tempfile.TemporaryDirectory(prefix="pinpoint-faults-") as tmp:
-        figures = run_faults(Path(tmp), plan)
-    print(json.dumps(figures, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=1) + "\n")
-    run, killed = figures["faulted"], figures["killed_driver"]
-    ok = run["groups_complete"] == run["groups"] and run["containers_left"] == 0 and killed["containers_left"] == 0
-    return 0 if ok else 1
 
 
 def _bench_rows(f: dict) -> list[tuple[str, str, str, str]]:

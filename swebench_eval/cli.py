@@ -27,12 +27,14 @@ from pinpoint.swebench_eval.selection import Selection, breadth_first, select_in
 from pinpoint.swebench_eval.sources import RepoSources
 
 
-def dataset_args(parser: argparse.ArgumentParser, many: bool = True) -> None:
-    """The instance-selection flags `run`, `batch`, `eval`, `images build` and the benchmarks share."""
+def dataset_args(parser: argparse.ArgumentParser, many: bool = True, repos: bool = True) -> None:
+    """The instance-selection flags `run`, `batch`, `eval`, `images build` and the benchmarks share (`many`: the
+    instance selector, `repos`: the repository selector)."""
     parser.add_argument("--dataset", help="SWE-bench rows (.jsonl/.jsonl.gz/.json/.parquet or a hub name); "
                         "default: the dev rows in the shared data folder ($PINPOINT_SHARED_DATA)")
     if many:
         instance_arg(parser, "only these instance ids")
+    if many and repos:
         parser.add_argument("--repos", nargs="+", metavar="OWNER/NAME", help="only these repositories")
     parser.add_argument("--source", action="append", default=[], metavar="REPO=PATH_OR_URL|DIR",
                         help="where a repository comes from: REPO=a local path or a git URL (cloned once), or DIR, a "
@@ -241,8 +243,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "time per row, gold and empty",
                           "pinpoint bench grading\npinpoint bench grading -i psf__requests-2931 -i "
                           "psf__requests-1142 --json > grading.json")
-    dataset_args(grading)
-    grading.set_defaults(instances=["psf__requests-2931"])
+    dataset_args(grading, repos=False)
+    grading.set_defaults(instances=["psf__requests-2931"], repos=None)
     grading.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
     json_arg(grading)
     grading.set_defaults(func=_bench_grading)
@@ -256,7 +258,7 @@ def _published_parser(bench: argparse._SubParsersAction) -> None:
                             "\npinpoint bench published RUN_DIR -i sympy__sympy-20801 --json > agreement.json")
     published.add_argument("run", type=Path, help="the run folder: preds.jsonl (or all_preds.jsonl, preds.json) and "
                            "logs/<instance>/report.json")
-    dataset_args(published)
+    dataset_args(published, repos=False)
     output_arg(published)
     published.add_argument("--timeout", type=float, default=1800.0, help="seconds for one eval script")
     json_arg(published)
