@@ -15,8 +15,17 @@ from pinpoint.agent import prompts
 from pinpoint.agent.config import Config
 from pinpoint.agent.context import AgentContext
 from pinpoint.agent.llm import LLMError
-from pinpoint.agent.search import Node, SearchResult, bester_search, flare_refine
-from pinpoint.agent.state import AgentState, last_failure, run_key, task_of, test_command_of
+from pinpoint.agent.search import Node, SearchResult, bester_search, flare_refine, run_candidates
+from pinpoint.agent.state import (
+    AgentState,
+    BestPatch,
+    Reproduction,
+    TestRecord,
+    last_failure,
+    run_key,
+    task_of,
+    test_command_of,
+)
 from pinpoint.environments.runtime import Runtime, RuntimeFailure
 from pinpoint.localization.failing_tests import reproduction_tests
 from pinpoint.localization.fusion import fuse, fuse_localizers
@@ -28,7 +37,7 @@ from pinpoint.swebench_eval.patches import PatchError, apply_patch
 from pinpoint.tools.base import numbered
 from pinpoint.tools.protocol import ToolCall
 from pinpoint.tools.registry import ToolResult
-from pinpoint.tools.run_tests import TestRun, run_tests
+from pinpoint.tools.run_tests import OUTPUT_TAIL_CHARS, TestRun, run_tests
 
 #: tools whose calls the edit node leaves to the test and submit nodes
 DEFERRED = ("run_tests", "submit")
@@ -49,22 +58,26 @@ def tool_event(name: str, arguments: Any, observation: str, error: bool) -> dict
     return {"kind": "tool", "name": name, "arguments": arguments, "error": error, "observation": observation}
 
 
-def test_event(record: dict, output_chars: int = 2000) -> dict:
+def test_event(record: TestRecord, output_chars: int = 2000) -> dict:
     """A test run as a step's event, so a reader of the timeline sees what the `test` step ran and what it printed."""
-    keys = ("source", "command", "exit_code", "passed", "failed", "ok", "timed_out", "patch_sha")
-    return {"kind": "test", **{k: record.get(k) for k in keys}, "output": (record.get("output") or "")[-output_chars:]}
+    run = record.run
+    return {"kind": "test", "source": record.source, "command": run.command, "exit_code": run.exit_code,
+            "passed": run.passed, "failed": run.failed, "ok": run.ok, "timed_out": run.timed_out,
+            "patch_sha": record.patch_sha, "output": run.output[-output_chars:]}
 
 
-def run_record(run: TestRun, source: str, patch: str) -> dict:
-    """A test run as state keeps it: the run on `patch` (its edit size included), where it came from, which patch."""
-    run = dataclasses.replace(run, patch_edited_lines=edited_lines(patch)["total"])
-    return {**run.to_dict(), "source": source, "patch_sha": patch_sha(patch)}
+def run_record(run: TestRun, source: str, patch: str) -> TestRecord:
+    """A test run as state keeps it: the run on `patch` (its edit size included, its output's tail only), where it
+    came from, which patch."""
+    run = dataclasses.replace(run, output=run.output[-OUTPUT_TAIL_CHARS:],
+                              patch_edited_lines=edited_lines(patch)["total"])
+    return TestRecord(run, source, patch_sha(patch))
 
 
-def best_update(state: AgentState, record: dict | None, patch: str) -> dict:
+def best_update(state: AgentState, record: TestRecord | None, patch: str) -> dict:
     """{"best": ...} when `record` beats the best tested patch so far, else nothing."""
     if record is not None and run_key(record) > run_key(state.get("best")):
-        return {"best": {**record, "patch": patch}}
+        return {"best": BestPatch(record, patch)}
     return {}
 
 
@@ -95,11 +108,11 @@ def reproduce(state: AgentState, ctx: AgentContext) -> dict:
     reply = ctx.ask(prompts.reproduce_message(task_of(state).problem_statement), "reproduce")
     match = _CODE_BLOCK.search(reply)
     if match is None or not match.group(1).strip():
-        record = {"status": "no_script", "exit_code": None, "output": reply[-2000:], "script": ""}
+        record = Reproduction("no_script", None, reply[-2000:], "")
     else:
         record = _run_reproduction(match.group(1), ctx)
-    event = {"kind": "reproduce", **record}
-    note = prompts.reproduction_note(_REPRODUCE_NOTES[record["status"]], record["output"])
+    event = {"kind": "reproduce", **record.to_dict()}
+    note = prompts.reproduction_note(_REPRODUCE_NOTES[record.status], record.output)
     return {"reproduction": record, "events": [event], "messages": [{"role": "user", "content": note}]}
 
 
@@ -108,13 +121,13 @@ _REPRODUCE_NOTES = {"fails": "fails on the current code, as it should", "passes"
                     "no_script": "was not found in your reply (no ```python block; going on without one)"}
 
 
-def _run_reproduction(script: str, ctx: AgentContext) -> dict:
+def _run_reproduction(script: str, ctx: AgentContext) -> Reproduction:
     path = reproduce_path(ctx.runtime)
     ctx.runtime.write_file(path, script)
     result = ctx.runtime.run(f"PYTHONPATH=.:$PYTHONPATH python {shlex.quote(path)}",
                              timeout=ctx.config.agent.reproduce_timeout_s)
     status = "timed_out" if result.timed_out else ("passes" if result.exit_code == 0 else "fails")
-    return {"status": status, "exit_code": result.exit_code, "output": result.output[-4000:], "script": script}
+    return Reproduction(status, result.exit_code, result.output[-4000:], script)
 
 
 # --- localize -------------------------------------------------------------------------------------------------------
@@ -131,24 +144,25 @@ def localize(state: AgentState, ctx: AgentContext) -> dict:
     message = prompts.suspects_message(top, {i: _snippet(ctx, s) for i, s in enumerate(top)}, request.test_output)
     message += prompts.trace_message(per_signal.get("ldb", [])[:TRACED_BLOCKS])
     event = {"kind": "localize", "signals": {k: [s.to_dict() for s in v[:20]] for k, v in per_signal.items()}}
-    return {"suspects": [s.to_dict() for s in fused[:50]], "targets": _search_targets(ctx, per_signal, fused),
+    return {"suspects": fused[:50], "targets": _search_targets(ctx, per_signal, fused),
             "events": [s.record() for s in sources] + [event], "messages": [{"role": "user", "content": message}]}
 
 
 def _failure_output(state: AgentState, sources: list) -> str:
     """What failed, for the traceback signal: the last test run, else a failing reproduction, else traced tests."""
     failure = last_failure(state)
-    reproduction = state.get("reproduction") or {}
+    reproduction = state.get("reproduction")
     if failure is not None:
         return failure.output
-    if reproduction.get("status") == "fails":
-        return reproduction["output"]
+    if reproduction is not None and reproduction.fails:
+        return reproduction.output
     return "\n".join(s.failure_output() for s in sources)
 
 
 def _arm_reproduction(state: AgentState, sources: list) -> None:
     """A reproduction that fails becomes the failing test of the execution signals still waiting for one."""
-    if (state.get("reproduction") or {}).get("status") == "fails":
+    reproduction = state.get("reproduction")
+    if reproduction is not None and reproduction.fails:
         for source in sources:
             if source.tests is None:
                 source.tests = reproduction_tests(reproduce_path(source.runtime))
@@ -186,12 +200,12 @@ def _fuse(config: Config, localizers: list[Localizer], per_signal: dict[str, lis
     return LearnedFusion().fuse(signals, records)
 
 
-def _search_targets(ctx: AgentContext, per_signal: dict[str, list[Suspect]], fused: list[Suspect]) -> list[dict]:
+def _search_targets(ctx: AgentContext, per_signal: dict[str, list[Suspect]], fused: list[Suspect]) -> list[Suspect]:
     """What search may rewrite: the fused spans some line- or function-level signal produced (not only whole-file
     rankings)."""
     file_level = {loc.name for loc in ctx.localizers if getattr(loc, "file_level", False)}
     own = {(s.path, s.start_line, s.end_line) for n, v in per_signal.items() if n not in file_level for s in v}
-    return [s.to_dict() for s in fused if (s.path, s.start_line, s.end_line) in own][:50]
+    return [s for s in fused if (s.path, s.start_line, s.end_line) in own][:50]
 
 
 def _snippet(ctx: AgentContext, suspect: Suspect) -> str:
@@ -222,7 +236,7 @@ def edit(state: AgentState, ctx: AgentContext) -> dict:
     pending, events = [], []
     for call in response.tool_calls:
         if call.name in DEFERRED and not call.parse_error:
-            pending.append({"id": call.id, "name": call.name, "arguments": call.arguments})
+            pending.append(call)
             continue
         result = _answer(call, ctx)
         messages.append(tool_message(call.id, result.output))
@@ -243,32 +257,32 @@ def test(state: AgentState, ctx: AgentContext) -> dict:
     """Run the model's run_tests calls and, when the task has one, the oracle check (always before a submit); keep
     the best tested patch; a submit waiting on failing tests is refused, with the reason."""
     pending = state.get("pending_calls") or []
-    runs, messages, events = _model_tests([p for p in pending if p["name"] == "run_tests"], ctx)
+    runs, messages, events = _model_tests([p for p in pending if p.name == "run_tests"], ctx)
     command = task_of(state).test_command
-    submits = [p for p in pending if p["name"] == "submit"]
+    submits = [p for p in pending if p.name == "submit"]
     if command and (submits or not runs):
         run, message = _oracle_check(command, ctx)
         runs.append((run, "oracle"))
         messages.append(message)
     diff = ctx.runtime.diff()
     records = [run_record(run, source, diff) for run, source in runs]
-    events += [test_event(r) for r in records if r["source"] == "oracle"]  # the model's own are tool events
+    events += [test_event(r) for r in records if r.source == "oracle"]  # the model's own are tool events
     last = records[-1] if records else None
-    if last is not None and not last["ok"]:
-        messages += [tool_message(p["id"], "Not submitted: the tests fail (see above).") for p in submits]
+    if last is not None and not last.ok:
+        messages += [tool_message(p.id, "Not submitted: the tests fail (see above).") for p in submits]
         submits = []
     return {"messages": messages, "events": events, "test_runs": records, "last_test": last,
             "pending_calls": submits, **best_update(state, last, diff)}
 
 
-def _model_tests(calls: list[dict], ctx: AgentContext) -> tuple[list[tuple[TestRun, str]], list[dict], list[dict]]:
+def _model_tests(calls: list[ToolCall], ctx: AgentContext) -> tuple[list[tuple[TestRun, str]], list[dict], list[dict]]:
     """The model's run_tests calls through the tool (its schema check included): the typed runs with their source,
     the answers and the events. A call the tool refused is answered but runs nothing."""
     runs, messages, events = [], [], []
     for call in calls:
-        result = ctx.call_tool("run_tests", call["arguments"])
-        messages.append(tool_message(call["id"], result.output))
-        events.append(tool_event("run_tests", call["arguments"], result.output, result.error))
+        result = ctx.call_tool("run_tests", call.arguments)
+        messages.append(tool_message(call.id, result.output))
+        events.append(tool_event("run_tests", call.arguments, result.output, result.error))
         if isinstance(result.value, TestRun):
             runs.append((result.value, "model"))
     return runs, messages, events
@@ -311,7 +325,7 @@ def _run_policies(state: AgentState, ctx: AgentContext, start: Node, command: st
     """Each policy of `search.policy` ("flare+bester": FLARE, then BESTER from its best) until one passes; the best
     program found and every candidate tried."""
     # candidates never rewrite tests: a weakened assertion would pass the very check that judges them
-    suspects = [Suspect(**s) for s in state.get("targets") or [] if not is_test_path(s["path"])]
+    suspects = [s for s in state.get("targets") or [] if not is_test_path(s.path)]
     result: SearchResult | None = None
     candidates: list[dict] = []
     for policy in ctx.config.search.policy.split("+"):
@@ -327,6 +341,8 @@ def _run_policies(state: AgentState, ctx: AgentContext, start: Node, command: st
 def _search_once(policy: str, ctx: AgentContext, problem: str, node: Node, suspects: list[Suspect],
                  command: str) -> SearchResult:
     cfg = ctx.config
+    if policy == "candidates":
+        return run_candidates(ctx.runtime, problem, node, suspects, command, cfg.search, cfg.agent.test_timeout_s)
     common = {"test_command": command, "timeout": cfg.agent.test_timeout_s, "context": cfg.search.context_lines}
     if policy == "flare":
         return flare_refine(ctx.ask, ctx.runtime, problem, node, suspects, k=cfg.search.k, rounds=cfg.search.rounds,
@@ -341,7 +357,7 @@ def _search_once(policy: str, ctx: AgentContext, problem: str, node: Node, suspe
 def submit(state: AgentState, ctx: AgentContext) -> dict:
     """Review on submit: an empty diff is refused; the first submit shows the diff for a final check (when
     configured); the next one is accepted."""
-    pending = [p for p in state.get("pending_calls") or [] if p["name"] == "submit"]
+    pending = [p for p in state.get("pending_calls") or [] if p.name == "submit"]
     diff = ctx.runtime.diff()
     total = edited_lines(diff)["total"]
     if not diff.strip():
@@ -354,11 +370,11 @@ def submit(state: AgentState, ctx: AgentContext) -> dict:
             "final_patch": diff, "status": "submitted", "detail": ""}
 
 
-def _submit_replies(pending: list[dict], text: str) -> list[dict]:
+def _submit_replies(pending: list[ToolCall], text: str) -> list[dict]:
     """`text` as the answer to the first submit call (later ones are duplicates), or as a user message."""
     if not pending:
         return [{"role": "user", "content": text}]
-    return [tool_message(pending[0]["id"], text)] + [tool_message(p["id"], "(duplicate submit ignored)")
+    return [tool_message(pending[0].id, text)] + [tool_message(p.id, "(duplicate submit ignored)")
                                                     for p in pending[1:]]
 
 
@@ -368,8 +384,9 @@ def finalize(state: AgentState, ctx: AgentContext) -> dict:
         return {"final_patch": state.get("final_patch", "")}
     current = state.get("patch", "")
     best = state.get("best")
-    tested = [r for r in state.get("test_runs") or [] if r.get("patch_sha") == patch_sha(current)]
-    better = bool(best) and (run_key(best) > run_key(tested[-1]) if tested else best["ok"] or not current.strip())
+    tested = [r for r in state.get("test_runs") or [] if r.patch_sha == patch_sha(current)]
+    better = best is not None and (run_key(best) > run_key(tested[-1]) if tested
+                                   else best.record.ok or not current.strip())
     status = state.get("status")
-    return {"final_patch": best["patch"] if better else current,
+    return {"final_patch": best.patch if better else current,
             "status": status if status not in (None, "running") else "stopped"}

@@ -5,17 +5,15 @@ any status but "running") to finalize."""
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 
 from pinpoint.agent.config import Config
 from pinpoint.agent.state import AgentState, last_failure, task_of, test_command_of
+from pinpoint.tools.run_tests import TestRun
 
 FINALIZE = "finalize"
 #: routers take the state and the config and name the next node
 Router = Callable[[AgentState, Config], str]
-
-_FRAMES = (re.compile(r'File "([^"]+)", line (\d+)'), re.compile(r"^([\w/.-]+\.py):(\d+):", re.MULTILINE))
 
 
 def finished(state: AgentState) -> bool:
@@ -40,14 +38,12 @@ def localized(state: AgentState) -> bool:
     return any(e.get("kind") == "localize" for e in state.get("events") or [])
 
 
-def new_locations(state: AgentState, output: str) -> bool:
-    """Whether failing-test output names a file:line the current suspects do not cover (worth re-localizing)."""
+def new_locations(state: AgentState, run: TestRun) -> bool:
+    """Whether a failing run's traceback passes through a line the current suspects do not cover (worth
+    re-localizing)."""
     suspects = state.get("suspects") or []
-    for regex in _FRAMES:
-        for path, line in regex.findall(output):
-            if not any(path.endswith(s["path"]) and s["start_line"] <= int(line) <= s["end_line"] for s in suspects):
-                return True
-    return False
+    return any(not any(frame.path.endswith(s.path) and s.start_line <= frame.line <= s.end_line for s in suspects)
+               for frame in run.frames)
 
 
 @_unless_finished
@@ -72,7 +68,7 @@ def after_localize(state: AgentState, cfg: Config) -> str:
 @_unless_finished
 def after_edit(state: AgentState, cfg: Config) -> str:
     """The model's run_tests calls go to test, and so does a submit when an oracle must check it first."""
-    names = {call["name"] for call in state.get("pending_calls") or []}
+    names = {call.name for call in state.get("pending_calls") or []}
     if "run_tests" in names or ("submit" in names and task_of(state).test_command):
         return "test"
     return "submit" if "submit" in names else "edit"
@@ -83,10 +79,10 @@ def after_test(state: AgentState, cfg: Config) -> str:
     """Passing tests go to submit when a submit waits or the oracle passed. Failing tests localize first (and again
     when their traceback points outside the suspects), then search when allowed, else the model edits again."""
     last = state.get("last_test")
-    if last is None or last["ok"]:
+    if last is None or last.ok:
         oracle_passed = last is not None and bool(task_of(state).test_command)
         return "submit" if state.get("pending_calls") or oracle_passed else "edit"
-    if not localized(state) or (cfg.agent.relocalize_on_failure and new_locations(state, last["output"])):
+    if not localized(state) or (cfg.agent.relocalize_on_failure and new_locations(state, last.run)):
         return "localize"
     return "search" if search_allowed(state, cfg) else "edit"
 
@@ -95,7 +91,7 @@ def after_test(state: AgentState, cfg: Config) -> str:
 def after_search(state: AgentState, cfg: Config) -> str:
     """A passing candidate is submitted; otherwise the model edits on (search left the best program in place)."""
     runs = state.get("test_runs") or []
-    return "submit" if runs and runs[-1]["ok"] else "edit"
+    return "submit" if runs and runs[-1].ok else "edit"
 
 
 @_unless_finished

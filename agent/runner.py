@@ -20,7 +20,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from pinpoint.agent.config import Config
 from pinpoint.agent.context import AgentContext
 from pinpoint.agent.embedded_model import resolve_config
-from pinpoint.agent.graph import build_graph, initial_state
+from pinpoint.agent.graph import build_graph, checkpoint_saver, initial_state
 from pinpoint.agent.llm import LLMClient, LLMConfig
 from pinpoint.agent.progress import ProgressFn
 from pinpoint.agent.state import Task
@@ -142,7 +142,7 @@ def run_task(
     state: dict = {}
     resumed = False
     try:
-        saver = SqliteSaver(connection)
+        saver = checkpoint_saver(connection)
         graph = build_graph(ctx, saver)
         start_from, state = _starting_point(graph, saver, graph_config)
         if start_from == "finished":  # nothing to redo

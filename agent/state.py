@@ -1,17 +1,20 @@
-"""The task the agent works on and the graph's typed state.
+"""The task the agent works on, the typed records the graph keeps, and the graph's state.
 
-State holds only plain JSON values (dicts, lists, strings, numbers) so a checkpointer can store it and an
-interrupted run can resume from it; the runtime and the LLM client live outside it, in `agent.context.AgentContext`.
-The readers at the end are what nodes and routers share.
+State holds JSON values (messages, events) and the typed records below; LangGraph's checkpointer stores both (its
+serializer rebuilds dataclasses, and `CHECKPOINT_TYPES` lists the ones it may rebuild), so an interrupted run resumes
+from it. The runtime and the LLM client live outside it, in `agent.context.AgentContext`. The trajectory file gets
+the records as plain dicts (`state_json`). The readers at the end are what nodes and routers share.
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import asdict, dataclass
-from typing import Annotated, TypedDict
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import Annotated, Any, Literal, TypedDict
 
-from pinpoint.tools.run_tests import TestRun
+from pinpoint.localization.suspects import Suspect
+from pinpoint.tools.protocol import ToolCall
+from pinpoint.tools.run_tests import Frame, TestRun
 
 #: sorts below every real run: a first test run always becomes the best one
 NO_RUN_KEY = (False, -1, float("-inf"), float("-inf"))
@@ -36,29 +39,82 @@ class Task:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+@dataclass(frozen=True)
+class TestRecord:
+    """A test run as the graph keeps it: the run, who asked for it, and which patch it tested."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    run: TestRun
+    source: Literal["model", "oracle", "search"]
+    #: `nodes.patch_sha` of the working tree's diff the run tested
+    patch_sha: str
+
+    @property
+    def ok(self) -> bool:
+        return self.run.ok
+
+    def key(self) -> tuple:
+        return self.run.key()
+
+    def to_dict(self) -> dict:
+        """The run's JSON values with the source and the patch's hash, as trajectory readers see a test run."""
+        return {**self.run.to_dict(), "source": self.source, "patch_sha": self.patch_sha}
+
+
+@dataclass(frozen=True)
+class BestPatch:
+    """The best tested patch so far and the run that tested it (finalize falls back on it)."""
+
+    record: TestRecord
+    patch: str
+
+    def to_dict(self) -> dict:
+        return {**self.record.to_dict(), "patch": self.patch}
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """The reproduce node's script and its run on the base commit; only a failing one feeds localization."""
+
+    status: Literal["fails", "passes", "timed_out", "no_script"]
+    exit_code: int | None
+    output: str
+    script: str
+
+    @property
+    def fails(self) -> bool:
+        return self.status == "fails"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: the dataclasses the checkpointer may rebuild from a checkpoint (LangGraph's msgpack allowlist)
+CHECKPOINT_TYPES = tuple((cls.__module__, cls.__name__)
+                         for cls in (TestRecord, BestPatch, Reproduction, TestRun, Frame, Suspect, ToolCall))
+
+
 class AgentState(TypedDict, total=False):
     task: dict
     #: OpenAI chat messages, appended by nodes
     messages: Annotated[list[dict], operator.add]
     #: trajectory events (one per node step: what happened, timings, tokens, logprobs)
     events: Annotated[list[dict], operator.add]
-    #: fused suspects, best first (Suspect.to_dict())
-    suspects: list[dict]
+    #: fused suspects, best first
+    suspects: list[Suspect]
     #: the fused suspects a line- or function-level signal produced: what search may rewrite
-    targets: list[dict]
+    targets: list[Suspect]
     #: tool calls from the last model turn that the test/submit nodes still have to answer
-    pending_calls: list[dict]
-    #: test-run records: TestRun.to_dict() plus "source" (model, oracle, search) and the tested patch's "patch_sha"
-    test_runs: Annotated[list[dict], operator.add]
+    pending_calls: list[ToolCall]
+    test_runs: Annotated[list[TestRecord], operator.add]
     #: the last record of the latest test step, None when that step ran no test (the router after `test` reads it)
-    last_test: dict | None
+    last_test: TestRecord | None
     candidates: Annotated[list[dict], operator.add]
     #: the working tree's diff after the last node that may change it (re-applied on resume)
     patch: str
-    #: the reproduce node's script run: {"status", "exit_code", "output", "script"}; "fails" feeds localization
-    reproduction: dict
-    #: the best tested patch so far: its test-run record plus "patch"
-    best: dict
+    reproduction: Reproduction | None
+    best: BestPatch | None
     steps: int
     prompt_tokens: int
     completion_tokens: int
@@ -78,7 +134,18 @@ def initial_state(task: Task) -> AgentState:
     return {"task": task.to_dict(), "messages": [], "events": [], "test_runs": [], "last_test": None, "candidates": [],
             "steps": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "elapsed_s": 0.0, "searches": 0,
             "reviewed": False, "status": "running", "pending_calls": [], "suspects": [], "targets": [], "patch": "",
-            "detail": "", "final_patch": ""}
+            "reproduction": None, "best": None, "detail": "", "final_patch": ""}
+
+
+def state_json(value: Any) -> Any:
+    """`value` (the state or any part of it) as JSON values: each typed record becomes its `to_dict()`."""
+    if isinstance(value, dict):
+        return {k: state_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [state_json(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return asdict(value) if is_dataclass(value) else value
 
 
 def task_of(state: AgentState) -> Task:
@@ -90,16 +157,18 @@ def test_command_of(state: AgentState) -> str | None:
     task = task_of(state)
     if task.test_command:
         return task.test_command
-    commands = [r["command"] for r in state.get("test_runs") or [] if r.get("source") == "model"]
+    commands = [r.run.command for r in state.get("test_runs") or [] if r.source == "model"]
     return commands[-1] if commands else None
 
 
 def last_failure(state: AgentState) -> TestRun | None:
     """The latest test run when it failed (what localization reads and search starts from), else None."""
     runs = state.get("test_runs") or []
-    return TestRun.from_dict(runs[-1]) if runs and not runs[-1]["ok"] else None
+    return runs[-1].run if runs and not runs[-1].ok else None
 
 
-def run_key(record: dict | None) -> tuple:
-    """A test-run record's `TestRun.key()`, to compare records (and the best entry) as the runs themselves."""
-    return TestRun.from_dict(record).key() if record else NO_RUN_KEY
+def run_key(record: TestRecord | BestPatch | None) -> tuple:
+    """How good a tested patch is (`TestRun.key()`), with no run at all sorting below every run."""
+    if isinstance(record, BestPatch):
+        record = record.record
+    return record.key() if record else NO_RUN_KEY

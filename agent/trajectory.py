@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pinpoint.agent.state import state_json
 from pinpoint.environments.files import write_json_atomic
 from rich.console import Console
 from rich.panel import Panel
@@ -36,7 +37,7 @@ class TrajectoryWriter:
 
     def write(self, state: dict[str, Any], **extra: Any) -> None:
         data = dict(self.meta)
-        data.update({k: state.get(k) for k in STATE_KEYS if k in state})
+        data.update({k: state_json(state[k]) for k in STATE_KEYS if k in state})
         data.update(extra)
         if not self.cost_known:
             data["cost_usd"] = None

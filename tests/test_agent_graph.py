@@ -3,9 +3,13 @@ small repository (a HumanEvalFix bug placed among correct HumanEval functions) i
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import re
 import sqlite3
+import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -21,9 +25,10 @@ from fake_llm_server import (
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pinpoint.agent.config import load_config
 from pinpoint.agent.demo import build_demo_repo
+from pinpoint.agent.graph import checkpoint_saver
 from pinpoint.agent.llm import LLMClient
 from pinpoint.agent.runner import default_localizers, make_clients, run_task
-from pinpoint.agent.state import Task
+from pinpoint.agent.state import AgentState, Task
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization.suspects import Suspect
 
@@ -283,3 +288,50 @@ def test_a_checkpoint_left_running_without_a_next_step_restarts_the_task(demo, t
         assert len(fake.chat_requests) == 2 * len(once)  # the task was done again
     assert second.status == "submitted" and not second.resumed
     assert "+    return number % 1.0\n" in second.patch and tree == second.patch
+
+
+REPRO = ("```python\nfrom numeric.functions import truncate_number\n"
+         "assert truncate_number(3.5) == 0.5, truncate_number(3.5)\n```")
+
+
+def _typed_mismatches(value, hint, where: str) -> list[str]:
+    """Where `value` is not of its declared type `hint`, descending into lists and the records' own typed fields."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _typed_mismatches(value, args[0], where)
+    if origin in (typing.Union, types.UnionType):
+        found = [_typed_mismatches(value, a, where) for a in args if a is not type(None)]
+        return [] if value is None or not all(found) else found[0]
+    if origin is list:
+        return [m for i, item in enumerate(value) for m in _typed_mismatches(item, args[0], f"{where}[{i}]")]
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, hint):
+            return [f"{where} is a {type(value).__name__}, not a {hint.__name__}"]
+        hints = typing.get_type_hints(hint)
+        return [m for f in dataclasses.fields(hint) for m in _typed_mismatches(getattr(value, f.name), hints[f.name],
+                                                                                f"{where}.{f.name}")]
+    return []
+
+
+def test_the_checkpointed_state_keeps_typed_records_and_reads_them_back(demo, tmp_path):
+    """Every record field of the state (suspects, test runs, best, last test, reproduction, pending calls) holds
+    its record type, not a dict, after a real run and after the checkpointer stored and read it back."""
+    script = [text(REPRO), tool_call("str_replace_editor", FIX), tool_call("run_tests", {"command": demo.task.test_command}),
+              tool_call("submit", {}), tool_call("submit", {})]
+    with FakeScriptedLLMServer(script) as fake:
+        result, traj, _ = _run(demo, fake, tmp_path, oracle=False, **{"agent.reproduce": True})
+    assert result.status == "submitted" and traj["test_runs"][-1]["source"] == "model"
+    with contextlib.closing(sqlite3.connect(str(tmp_path / "run" / "checkpoint.sqlite"))) as connection:
+        saved = checkpoint_saver(connection).get_tuple({"configurable": {"thread_id": demo.task.instance_id}})
+    state = saved.checkpoint["channel_values"]
+    hints = typing.get_type_hints(AgentState, include_extras=True)
+    records = {k: h for k, h in hints.items() if any(dataclasses.is_dataclass(a) for a in _leaves(h))}
+    assert set(records) == {"suspects", "targets", "pending_calls", "test_runs", "last_test", "reproduction", "best"}
+    assert state["suspects"] and state["test_runs"] and state["best"] and state["reproduction"].fails
+    assert [m for key, hint in records.items() for m in _typed_mismatches(state.get(key), hint, key)] == []
+    assert state["best"].record.ok and state["best"].patch == result.patch
+
+
+def _leaves(hint) -> list:
+    args = typing.get_args(hint)
+    return [leaf for a in args for leaf in _leaves(a)] if args else [hint]

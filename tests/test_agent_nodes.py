@@ -3,7 +3,9 @@ repository, with the FAKE scripted LLM server where a node needs a model), witho
 
 from __future__ import annotations
 
-import json
+import contextlib
+import dataclasses
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +16,15 @@ from fake_llm_server import FakeScriptedLLMServer, text, tool_calls
 from pinpoint.agent import nodes, routes
 from pinpoint.agent.config import Config, load_config
 from pinpoint.agent.context import AgentContext, run_node
+from pinpoint.agent.graph import checkpoint_saver
 from pinpoint.agent.llm import LLMClient
-from pinpoint.agent.state import AgentState, Task, initial_state, run_key
+from pinpoint.agent.state import AgentState, BestPatch, Task, TestRecord, initial_state, run_key
 from pinpoint.environments.local import LocalRuntime
+from pinpoint.localization.suspects import Suspect
 from pinpoint.swebench_eval.metrics import edited_lines
+from pinpoint.tools.protocol import ToolCall
 from pinpoint.tools.registry import call_tool, default_tools
-from pinpoint.tools.run_tests import TestRun
+from pinpoint.tools.run_tests import Frame, TestRun
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 #: not the size of BUGGY: a same-size edit made within the second of the last index write can be missing from
@@ -47,15 +52,15 @@ def state_of(oracle: str | None = None, **fields) -> dict:
     return {**initial_state(Task("calc-1", "add(2, 3) returns -1; it must return 5.", test_command=oracle)), **fields}
 
 
-def record(run: TestRun, source: str = "model", patch: str = "") -> dict:
+def record(run: TestRun, source: str = "model", patch: str = "") -> TestRecord:
     return nodes.run_record(run, source, patch)
 
 
 FAILING = record(TestRun.parse("pytest -q", 1, 'calc.py:2: in add\nE   assert -1 == 5\n1 failed, 1 passed in 0.01s\n'))
 PASSING = record(TestRun.parse("pytest -q", 0, "2 passed in 0.01s\n"))
 LOCALIZED = [{"kind": "localize", "signals": {}}]
-SUSPECTS = [{"path": "calc.py", "start_line": 1, "end_line": 2}]
-SUBMIT = {"id": "call_s", "name": "submit", "arguments": {}}
+SUSPECTS = [Suspect("calc.py", 1, 2, 1.0, "bm25")]
+SUBMIT = ToolCall("call_s", "submit", {}, "{}")
 
 
 # --- routers --------------------------------------------------------------------------------------------------------
@@ -95,7 +100,7 @@ def test_localize_starts_a_search_only_on_a_failing_test_when_allowed(runs, poli
     ([], COMMAND, "edit"),  # a turn without deferred calls (or without any call) loops
 ])
 def test_edit_hands_deferred_calls_to_their_node(pending, oracle, expected):
-    state = state_of(oracle, pending_calls=[{"id": f"c{i}", "name": n, "arguments": {}} for i, n in enumerate(pending)])
+    state = state_of(oracle, pending_calls=[ToolCall(f"c{i}", n, {}, "{}") for i, n in enumerate(pending)])
     assert routes.after_edit(state, config()) == expected
 
 
@@ -121,7 +126,7 @@ def test_search_after_a_failing_test_needs_a_command_and_searches_left():
     cfg = config(**{"search.policy": "flare", "search.max_searches": 2})
     assert routes.after_test(state, cfg) == "search"  # the model's own command judges candidates
     assert routes.after_test({**state, "searches": 2}, cfg) == "edit"
-    no_command = {**state, "test_runs": [{**FAILING, "source": "search"}]}
+    no_command = {**state, "test_runs": [dataclasses.replace(FAILING, source="search")]}
     assert routes.after_test(no_command, cfg) == "edit"
 
 
@@ -156,11 +161,15 @@ def test_an_unaccepted_submit_returns_to_the_model():
 # --- the test-run type ----------------------------------------------------------------------------------------------
 
 
-def test_test_runs_round_trip_through_state_and_sort_by_their_key():
-    run = TestRun.parse("pytest -q", 1, "\x1b[31mFAILED t.py::test_a - boom\x1b[0m\n1 failed, 3 passed in 0.2s\n")
+def test_test_runs_round_trip_through_the_checkpointer_and_sort_by_their_key():
+    run = TestRun.parse("pytest -q", 1, "\x1b[31mFAILED t.py::test_a - boom\x1b[0m\nt.py:3: in test_a\n"
+                        "1 failed, 3 passed in 0.2s\n")
     assert (run.passed, run.failed, run.failed_tests, run.ok) == (3, 1, ["t.py::test_a"], False)
-    data = json.loads(json.dumps(run.to_dict()))
-    assert TestRun.from_dict({**data, "source": "model"}) == run and "\x1b[" not in data["output"]
+    assert run.frames == [Frame("t.py", 3)] and "\x1b[" not in run.output
+    best = BestPatch(record(run), "the patch")
+    with contextlib.closing(sqlite3.connect(":memory:")) as connection:
+        serde = checkpoint_saver(connection).serde
+        assert serde.loads_typed(serde.dumps_typed(best)) == best
     no_summary = TestRun.parse("make check", 2, "Error 2\n")
     assert (no_summary.passed, no_summary.failed, no_summary.counts) == (0, 1, None)
     smaller = record(TestRun.parse("pytest", 0, "4 passed in 0.1s\n"), patch=_patch(1))
@@ -197,38 +206,37 @@ def context(runtime: LocalRuntime, cfg: Config | None = None) -> AgentContext:
 
 def test_model_test_run_is_typed_recorded_and_a_waiting_submit_refused(runtime):
     ctx = context(runtime)
-    run_call = {"id": "call_t", "name": "run_tests", "arguments": {"command": COMMAND, "timeout": 120}}
+    run_call = ToolCall("call_t", "run_tests", {"command": COMMAND, "timeout": 120}, "")
     state = state_of(None, pending_calls=[run_call, SUBMIT])
     update = nodes.test(state, ctx)
-    json.dumps(update)  # state stays JSON
     [run] = update["test_runs"]
-    assert (run["source"], run["ok"], run["passed"], run["failed"]) == ("model", False, 1, 1)
-    assert run["failed_tests"] == ["test_calc.py::test_add"] and run["command"] == COMMAND
+    assert (run.source, run.ok, run.run.passed, run.run.failed) == ("model", False, 1, 1)
+    assert run.run.failed_tests == ["test_calc.py::test_add"] and run.run.command == COMMAND
     assert update["last_test"] == run and update["pending_calls"] == []
     answers = {m["tool_call_id"]: m["content"] for m in update["messages"]}
     assert "Result: 1 failed, 1 passed" in answers["call_t"] and "Not submitted" in answers["call_s"]
-    assert update["best"]["patch"] == "" and update["best"]["failed"] == 1
+    assert update["best"].patch == "" and update["best"].record.run.failed == 1
     assert routes.after_test(merged(state, update), ctx.config) == "localize"
 
 
 def test_oracle_checks_a_submit_and_a_pass_keeps_it_waiting(runtime):
     ctx = context(runtime)
     runtime.write_file("calc.py", FIXED)
-    worse = {**FAILING, "patch": "old"}
+    worse = BestPatch(FAILING, "old")
     state = state_of(COMMAND, pending_calls=[SUBMIT], best=worse)
     update = nodes.test(state, ctx)
     [run] = update["test_runs"]
-    assert (run["source"], run["ok"], run["passed"]) == ("oracle", True, 2)
+    assert (run.source, run.ok, run.run.passed) == ("oracle", True, 2)
     diff = runtime.diff()
-    assert run["patch_sha"] == nodes.patch_sha(diff) and run["patch_edited_lines"] == edited_lines(diff)["total"] > 0
+    assert run.patch_sha == nodes.patch_sha(diff) and run.run.patch_edited_lines == edited_lines(diff)["total"] > 0
     assert update["messages"][0]["content"].startswith(f"Check `{COMMAND}` passed (exit 0, 2 passed, 0 failed)")
-    assert update["pending_calls"] == [SUBMIT] and update["best"]["patch"] == diff
+    assert update["pending_calls"] == [SUBMIT] and update["best"].patch == diff
     assert routes.after_test(merged(state, update), ctx.config) == "submit"
 
 
 def test_a_refused_run_tests_call_runs_nothing(runtime):
     ctx = context(runtime)
-    state = state_of(None, pending_calls=[{"id": "call_t", "name": "run_tests", "arguments": {"command": "  "}}])
+    state = state_of(None, pending_calls=[ToolCall("call_t", "run_tests", {"command": "  "}, "")])
     update = nodes.test(state, ctx)
     assert update["test_runs"] == [] and update["last_test"] is None and "best" not in update
     assert "The test command is empty" in update["messages"][0]["content"] and update["events"][0]["error"]
@@ -236,9 +244,9 @@ def test_a_refused_run_tests_call_runs_nothing(runtime):
 
 
 def test_a_worse_run_does_not_replace_the_best_patch(runtime):
-    best = {**PASSING, "patch": "the passing patch"}
+    best = BestPatch(PASSING, "the passing patch")
     update = nodes.test(state_of(COMMAND, best=best), context(runtime))
-    assert not update["test_runs"][0]["ok"] and "best" not in update
+    assert not update["test_runs"][0].ok and "best" not in update
 
 
 def test_run_tests_tool_carries_the_typed_run_it_renders(runtime):
@@ -250,7 +258,7 @@ def test_run_tests_tool_carries_the_typed_run_it_renders(runtime):
 
 def test_submit_refuses_nothing_then_reviews_then_accepts(runtime):
     ctx = context(runtime)
-    state = state_of(None, pending_calls=[SUBMIT, {**SUBMIT, "id": "call_s2"}])
+    state = state_of(None, pending_calls=[SUBMIT, dataclasses.replace(SUBMIT, id="call_s2")])
     empty = nodes.submit(state, ctx)
     assert "Nothing to submit" in empty["messages"][0]["content"] and "status" not in empty
     assert empty["messages"][1]["content"] == "(duplicate submit ignored)"
@@ -265,11 +273,11 @@ def test_submit_refuses_nothing_then_reviews_then_accepts(runtime):
 
 def test_finalize_keeps_the_better_of_the_current_and_the_best_tested_patch(runtime):
     ctx = context(runtime)
-    best = {**PASSING, "patch": "the passing patch"}
-    failing_now = {**FAILING, "patch_sha": nodes.patch_sha("broken")}
+    best = BestPatch(PASSING, "the passing patch")
+    failing_now = dataclasses.replace(FAILING, patch_sha=nodes.patch_sha("broken"))
     stopped = nodes.finalize(state_of(None, patch="broken", best=best, test_runs=[failing_now]), ctx)
     assert stopped == {"final_patch": "the passing patch", "status": "stopped"}
-    untested = nodes.finalize(state_of(None, patch="untested", best={**FAILING, "patch": "p"},
+    untested = nodes.finalize(state_of(None, patch="untested", best=BestPatch(FAILING, "p"),
                                        status="budget:steps"), ctx)
     assert untested == {"final_patch": "untested", "status": "budget:steps"}
     submitted = nodes.finalize(state_of(None, status="submitted", final_patch="s", best=best), ctx)
@@ -282,7 +290,7 @@ def test_edit_runs_tools_at_once_and_defers_run_tests_and_submit(runtime):
         ctx = context(runtime, config(**{"llm.base_url": fake.base_url}))
         state = state_of(None, messages=[{"role": "user", "content": "fix add"}], steps=3)
         update = nodes.edit(state, ctx)
-    assert update["steps"] == 4 and [p["name"] for p in update["pending_calls"]] == ["run_tests", "submit"]
+    assert update["steps"] == 4 and [p.name for p in update["pending_calls"]] == ["run_tests", "submit"]
     assistant, answer = update["messages"]
     assert len(assistant["tool_calls"]) == 3 and "return a - b" in answer["content"]
     assert [e["name"] for e in update["events"]] == ["view"]

@@ -4,7 +4,7 @@ failing tests); the model reads the run rendered as text."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 from pinpoint.environments.runtime import Runtime
 from pinpoint.tools.base import Tool, ToolError, tail
@@ -28,6 +28,8 @@ _VERBOSE = re.compile(r"^(\S+::\S+) (FAILED|ERROR)\b", re.MULTILINE)
 _SHELL_EXITS = {126: "the command is not executable", 127: "command not found"}
 _PYTEST_EXITS = {2: "interrupted (a collection error, e.g. an import that fails)", 4: "usage error",
                  5: "no tests collected"}
+#: traceback frames: Python's `File "x.py", line 3` and pytest's short `x.py:3: in f`
+_FRAMES = (re.compile(r'File "([^"]+)", line (\d+)'), re.compile(r"^([\w/.-]+\.py):(\d+):", re.MULTILINE))
 
 
 @dataclass
@@ -55,9 +57,23 @@ def parse_pytest(output: str) -> PytestSummary | None:
     return summary
 
 
+@dataclass(frozen=True)
+class Frame:
+    """A file and line a traceback passes through."""
+
+    path: str
+    line: int
+
+
+def traceback_frames(output: str) -> list[Frame]:
+    """Every frame the output's tracebacks name, in order, each once."""
+    found = [Frame(path, int(line)) for regex in _FRAMES for path, line in regex.findall(output)]
+    return list(dict.fromkeys(found))
+
+
 @dataclass
 class TestRun:
-    """One run of a test command: what the agent scores, routes on and stores (as `to_dict`) in its state.
+    """One run of a test command: what the agent scores, routes on and keeps in its state.
     Without a pytest summary, the exit code counts as one test."""
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -74,6 +90,8 @@ class TestRun:
     errors: list[str] = field(default_factory=list)
     #: edited lines of the patch the run tested (the tie-break between equal runs)
     patch_edited_lines: int = 0
+    #: the traceback frames of the output's tail (what the model reads), where a failure points
+    frames: list[Frame] = field(default_factory=list)
 
     @classmethod
     def parse(cls, command: str, exit_code: int | None, output: str, timed_out: bool = False,
@@ -81,9 +99,11 @@ class TestRun:
         """A run from a command's raw result, its pytest summary read from the output."""
         plain = _ANSI.sub("", output)
         summary = parse_pytest(plain)
+        frames = traceback_frames(plain[-OUTPUT_TAIL_CHARS:])
         if summary is None:
-            return cls(command, exit_code, plain, timed_out, timeout)
-        return cls(command, exit_code, plain, timed_out, timeout, summary.counts, summary.failed, summary.errors)
+            return cls(command, exit_code, plain, timed_out, timeout, frames=frames)
+        return cls(command, exit_code, plain, timed_out, timeout, summary.counts, summary.failed, summary.errors,
+                   frames=frames)
 
     @property
     def ok(self) -> bool:
@@ -117,11 +137,6 @@ class TestRun:
         data = asdict(self)
         data.update(ok=self.ok, passed=self.passed, failed=self.failed, output=self.output[-output_chars:])
         return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> TestRun:
-        """The run back from `to_dict` (extra keys such as a record's `source` are ignored)."""
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def render(self) -> str:
         """The run as the model reads it: status, counts, failing tests and the output's tail."""
