@@ -1,0 +1,147 @@
+"""Grading a real agent's published patches as the official harness did (`pinpoint bench published`), on a sample of
+a public SWE-bench Verified run (tests/data/published_runs/, see its PROVENANCE.md), and what that needed: the
+repository cache keyed by its source, a summary that covers every row of a run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from pinpoint.environments import paths
+from pinpoint.swebench_eval.datasets import load_instances
+from pinpoint.swebench_eval.evaluate import InstanceReport, write_report
+from pinpoint.swebench_eval.published_bench import compare, load_published
+from pinpoint.swebench_eval.sources import RepoSources
+
+RUN = Path(__file__).parent / "data" / "published_runs" / "20251118_mini-swe-agent_gemini-3-pro"
+FLASK = "pallets__flask-5014"
+OFFLINE_REPOS = {"psf/requests", "pytest-dev/pytest", "sympy/sympy", "sphinx-doc/sphinx", "pylint-dev/pylint",
+                 "pydata/xarray", "pallets/flask", "mwaskom/seaborn"}
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pinpoint.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=3600)
+
+
+# -- the sample ---------------------------------------------------------------------------------------------------
+
+def test_the_sample_spans_every_offline_repository_with_both_verdicts():
+    run = load_published(RUN)
+    rows = load_instances(ids=sorted(run.official))
+    assert len(rows) >= 25 and {r.repo for r in rows} == OFFLINE_REPOS
+    assert set(run.predictions) == set(run.official)
+    verdicts = [run.official[r.instance_id]["resolved"] for r in rows]
+    assert 0 < sum(verdicts) < len(verdicts)
+
+
+def test_a_report_wrapped_in_its_instance_id_reads_as_the_bare_entry(tmp_path):
+    shutil.copy(RUN / "preds.jsonl", tmp_path / "all_preds.jsonl")
+    entry = json.loads((RUN / "logs" / FLASK / "report.json").read_text())
+    (tmp_path / "logs" / FLASK).mkdir(parents=True)
+    (tmp_path / "logs" / FLASK / "report.json").write_text(json.dumps({FLASK: entry}))
+    assert load_published(tmp_path).official == {FLASK: entry}
+
+
+def test_a_differing_test_status_is_named_and_the_official_entry_agrees_with_itself():
+    run = load_published(RUN)
+    row = load_instances(ids=[FLASK])[0]
+    official = run.official[FLASK]
+    assert compare(row, official, official, "", "resolved").agrees
+    ours = json.loads(json.dumps(official))
+    test = ours["tests_status"]["PASS_TO_PASS"]["success"].pop()
+    ours["tests_status"]["PASS_TO_PASS"]["failure"].append(test)
+    disagreement = compare(row, official, ours, "", "unresolved")
+    assert not disagreement.agrees and disagreement.differ == {test: "official success, pinpoint failure"}
+
+
+def test_a_folder_without_reports_is_one_clear_line(tmp_path):
+    shutil.copy(RUN / "preds.jsonl", tmp_path / "preds.jsonl")
+    result = _cli("bench", "published", str(tmp_path))
+    assert result.returncode == 2 and "no official report" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- the repository cache is keyed by its source -------------------------------------------------------------------
+
+def test_one_cache_serves_two_source_folders_that_hold_different_commits(tmp_path):
+    """The same PINPOINT_CACHE with another source folder: its commits are found, not looked up in the other
+    folder's extracted copy."""
+    first = RepoSources(paths.repos_dir(), cache_dir=tmp_path / "cache")
+    base = load_instances(ids=[FLASK])[0].base_commit
+    first.export("pallets/flask", base, tmp_path / "a")
+    # a second folder whose flask history has a commit the first one lacks
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(first.git_dir("pallets/flask")), str(work)], check=True)
+    subprocess.run(["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "newer"], check=True)
+    newer = subprocess.run(["git", "-C", str(work), "rev-parse", "HEAD"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(tmp_path / "pallets__flask.git")], check=True)
+    with tarfile.open(other / "pallets__flask.git.tar", "w") as tar:
+        tar.add(tmp_path / "pallets__flask.git", arcname="pallets__flask.git")
+    second = RepoSources(other, cache_dir=tmp_path / "cache")
+    assert second.export("pallets/flask", newer, tmp_path / "b").is_dir()
+    assert first.git_dir("pallets/flask") != second.git_dir("pallets/flask")
+
+
+# -- the summary covers every row of a run -------------------------------------------------------------------------
+
+def test_the_summary_covers_rows_graded_by_an_earlier_invocation(tmp_path):
+    """Two rows graded earlier under one run id; grading one of them again (reused) keeps both in summary.json."""
+    run = load_published(RUN)
+    ids = ["psf__requests-1724", FLASK]
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("".join(json.dumps(run.predictions[i].__dict__) + "\n" for i in ids))
+    model = run.predictions[FLASK].model_name_or_path
+    for iid in ids:  # what an earlier `pinpoint eval` left: a report and the patch it graded
+        folder = tmp_path / "out" / "r" / model / "eval" / iid
+        folder.mkdir(parents=True)
+        (folder / "patch.diff").write_text(run.predictions[iid].model_patch)
+        entry = {iid: {"patch_exists": True, "patch_successfully_applied": True, "resolved": True}}
+        write_report(InstanceReport(iid, "resolved", report=entry), folder)
+    result = _cli("eval", "--predictions", str(preds), "-i", FLASK, "--run-id", "r", "--output",
+                  str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())
+    assert summary["ids"]["resolved"] == sorted(ids) and summary["completed_instances"] == 2
+
+
+# -- real rows graded in their instance images ---------------------------------------------------------------------
+
+AGREEING_ROWS = [
+    FLASK,
+    "sphinx-doc__sphinx-8721",  # its patch needs `git apply --3way`, which a stale index refused
+    "mwaskom__seaborn-3069",  # a binary hunk: only GNU patch, the chain's last step, applies the rest
+    "sympy__sympy-14531",  # `test_settings` is defined in two of the test files run
+    "psf__requests-1724",  # its tests call httpbin.org: network-bound here, named apart
+]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("instance_id", AGREEING_ROWS)
+def test_a_published_row_grades_as_the_official_harness_graded_it(instance_id, tmp_path):
+    result = _cli("bench", "published", str(RUN), "-i", instance_id, "--output", str(tmp_path), "--json")
+    figures = json.loads(result.stdout)
+    (row,) = figures["rows"]
+    assert row["agrees"], row
+    assert result.returncode == 0
+    if instance_id == "psf__requests-1724":
+        assert row["network"] and all(s == "official success, pinpoint failure" for s in row["network"].values())
+
+
+@pytest.mark.docker
+def test_a_graded_row_is_reused_on_the_next_invocation(tmp_path):
+    first = _cli("bench", "published", str(RUN), "-i", FLASK, "--output", str(tmp_path))
+    assert first.returncode == 0 and "(graded earlier)" not in first.stdout, first.stderr
+    again = _cli("bench", "published", str(RUN), "-i", FLASK, "--output", str(tmp_path))
+    assert again.returncode == 0 and "(graded earlier)" in again.stdout
+    assert "rows agree 1/1" in again.stdout
