@@ -21,6 +21,7 @@ from pinpoint.agent.runner import RunResult, run_task
 from pinpoint.agent.state import Task
 from pinpoint.agent.test_runs import run_test_command
 from pinpoint.agent.trajectory import load_trajectory
+from pinpoint.environments.errors import UsageError
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.swebench_eval.layout import RunLayout
 from pinpoint.swebench_eval.patches import apply_patch
@@ -53,7 +54,7 @@ def build_demo_repo(dest: Path, bug: str = "Python/2") -> DemoRepo:
     data = demo_tasks()
     tasks = {t["task_id"]: t for t in data["tasks"]}
     if bug not in tasks:
-        raise ValueError(f"unknown demo bug {bug!r}; choose one of {', '.join(tasks)}")
+        raise UsageError(f"unknown demo bug {bug!r}; choose one of {', '.join(tasks)}")
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "numeric").mkdir(exist_ok=True)
     (dest / "tests").mkdir(exist_ok=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pinpoint.agent.state import state_json
+from pinpoint.environments.errors import UsageError
 from pinpoint.environments.files import write_json_atomic
 from rich.console import Console
 from rich.panel import Panel
@@ -74,18 +75,20 @@ def load_trajectory(path: str | Path) -> dict[str, Any]:
     from jsonschema.exceptions import best_match
 
     path = Path(path)
+    if path.is_dir():  # a run folder: its trajectory
+        path = path / "trajectory.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ValueError(f"cannot read trajectory {path}: {exc.strerror}") from exc
+        raise UsageError(f"cannot read trajectory {path}: {exc.strerror}") from exc
     except ValueError as exc:  # invalid JSON, or not UTF-8 text at all
-        raise ValueError(f"{path} is not a trajectory (not JSON text: {exc})") from exc
+        raise UsageError(f"{path} is not a trajectory (not JSON text: {exc})") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a pinpoint trajectory (expected format {FORMAT!r})")
+        raise UsageError(f"{path} is not a pinpoint trajectory (expected format {FORMAT!r})")
     error = best_match(Draft202012Validator(SCHEMA).iter_errors(data))
     if error is not None:
         where = "/".join(map(str, error.absolute_path)) or "(top level)"
-        raise ValueError(f"{path} is not a pinpoint trajectory: field {where}: {error.message[:200]}")
+        raise UsageError(f"{path} is not a pinpoint trajectory: field {where}: {error.message[:200]}")
     return data
 
 

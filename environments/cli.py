@@ -127,8 +127,8 @@ pinpoint bench rl --json > rl.json"""
 
 def json_arg(parser: argparse.ArgumentParser) -> None:
     """`--json`, the same switch on every command that has it: the results as JSON on stdout, nothing else there."""
-    parser.add_argument("--json", action="store_true", help="print the results as one JSON object on stdout "
-                        "instead of the table")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object on stdout (the "
+                        "table goes to stderr)")
 
 
 def workers_arg(parser: argparse.ArgumentParser, what: str) -> None:
@@ -209,10 +209,9 @@ def _bench(args) -> int:
     table.add_row("  per environment ms p50 / p95", f"{f['concurrent_env_ms_p50']} / {f['concurrent_env_ms_p95']}",
                   "", "")
     table.add_row("  failures", str(f["concurrent_failures"]), "", "")
+    Console(width=max(Console().width, 110), stderr=args.json).print(table)
     if args.json:
         print_json(figures)
-    else:
-        Console(width=max(Console().width, 110)).print(table)
     return 0
 
 
@@ -233,9 +232,8 @@ def _bench_sandbox(args) -> int:
     for o in figures["attacks"]:
         table.add_row(o["attack"], o["tried"], o["status"], *("yes" if o[k] else "NO" for k in
                                                               ("contained", "reset_clean", "host_unaffected")))
+    Console(width=max(Console().width, 160), stderr=args.json).print(table)
+    print(f"attacks contained: {figures['contained']} / {figures['tried']}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print_json(figures)
-    else:
-        Console(width=max(Console().width, 160)).print(table)
-        print(f"attacks contained: {figures['contained']} / {figures['tried']}")
     return 0 if figures["contained"] == figures["tried"] else 1

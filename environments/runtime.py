@@ -11,7 +11,7 @@ import abc
 from dataclasses import dataclass
 from typing import Literal
 
-from pinpoint.environments.errors import PinpointError
+from pinpoint.environments.errors import PinpointError, UsageError
 
 TIMEOUT_MARKER = "[pinpoint: command timed out after {seconds:g}s; output above is partial; process group killed]"
 #: appended when a sandbox limit stopped or hindered a command (DockerRuntime; docs/security.md)
@@ -64,7 +64,7 @@ class RuntimeSettings:
         capability_numbers(self.command_capabilities)
         command_uid(self.command_user)
         if self.disk_check_s <= 0:
-            raise ValueError(f"runtime.disk_check_s must be > 0, not {self.disk_check_s}")
+            raise UsageError(f"runtime.disk_check_s must be > 0, not {self.disk_check_s}")
 
 
 @dataclass(frozen=True)

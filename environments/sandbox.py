@@ -29,6 +29,7 @@ from io import BytesIO
 from pathlib import Path
 
 import docker
+from pinpoint.environments.errors import UsageError
 
 SERVER_SOURCE = Path(__file__).with_name("container_server.py")
 #: owner of the server's folders: a uid no process in the container runs as
@@ -56,7 +57,7 @@ def parse_size(text: str) -> int:
     """Bytes of a size such as `10g`, `512m`, `1.5G`, `4096`; ValueError names the text."""
     match = _SIZE.match(str(text))
     if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"not a size: {text!r} (expected e.g. 10g, 512m, 4096)")
+        raise UsageError(f"not a size: {text!r} (expected e.g. 10g, 512m, 4096)")
     return int(float(match.group(1)) * 1024 ** "bkmgt".index((match.group(2) or "b").lower()))
 
 
@@ -65,7 +66,7 @@ def capability_numbers(names: str) -> list[int]:
     numbers = []
     for name in filter(None, (part.strip().upper().removeprefix("CAP_") for part in names.split(","))):
         if name not in CAPABILITY_NUMBERS:
-            raise ValueError(f"unknown capability {name!r}; expected one of {', '.join(sorted(CAPABILITY_NUMBERS))}")
+            raise UsageError(f"unknown capability {name!r}; expected one of {', '.join(sorted(CAPABILITY_NUMBERS))}")
         numbers.append(CAPABILITY_NUMBERS[name])
     return numbers
 
@@ -76,9 +77,9 @@ def command_uid(user: str) -> int | None:
     if text in ("root", "0", ""):
         return None
     if not text.isdigit():
-        raise ValueError(f"runtime.command_user must be 'root' or a numeric uid, not {user!r}")
+        raise UsageError(f"runtime.command_user must be 'root' or a numeric uid, not {user!r}")
     if int(text) == CONTROL_UID:
-        raise ValueError(f"uid {CONTROL_UID} is pinpoint's control uid; choose another (e.g. 1000)")
+        raise UsageError(f"uid {CONTROL_UID} is pinpoint's control uid; choose another (e.g. 1000)")
     return int(text)
 
 

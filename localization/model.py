@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from pinpoint.environments.errors import UsageError
 from pinpoint.localization.features import Vocabulary, conf_features
 from pinpoint.localization.units import UNIT_TYPES
 from torch import nn
@@ -145,12 +146,12 @@ class Checkpoint:
         try:
             blob = torch.load(Path(path), map_location="cpu", weights_only=True)
         except FileNotFoundError as exc:
-            raise FileNotFoundError(
-                f"no diagnostic checkpoint at {path}; train one with `pinpoint train-diagnostic`"
+            raise UsageError(
+                f"no diagnostic checkpoint at {path}; train one with `pinpoint-lab train diagnostic`"
             ) from exc
         except (RuntimeError, EOFError, pickle.UnpicklingError) as exc:
-            raise ValueError(f"{path} is not a pinpoint diagnostic checkpoint ({exc})") from exc
+            raise UsageError(f"{path} is not a pinpoint diagnostic checkpoint ({exc})") from exc
         if not isinstance(blob, dict) or blob.get("format") != "pinpoint-diagnostic/1":
-            raise ValueError(f"{path} is not a pinpoint diagnostic checkpoint")
+            raise UsageError(f"{path} is not a pinpoint diagnostic checkpoint")
         state = {k: v.float() if v.is_floating_point() else v for k, v in blob["state_dict"].items()}
         return cls(ModelConfig(**blob["config"]), Vocabulary(blob["vocab"]), state, blob["metrics"], blob["training"])

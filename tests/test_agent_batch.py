@@ -52,7 +52,7 @@ def _reply(request):
 
 def _batch_command(tasks: Path, out: Path, base_url: str) -> list[str]:
     return [sys.executable, "-m", "pinpoint.cli", "batch", "--tasks", str(tasks), "--output", str(out),
-            "--workers", "2", "--no-progress", "--search", "none",
+            "--workers", "2", "--quiet", "--set", "search.policy=none",
             "--set", f"llm.base_url={base_url}", "--set", "llm.model=fake", "--set", "llm.max_retries=0"]
 
 

@@ -30,7 +30,7 @@ def test_fix_writes_the_patch_and_a_branch_without_touching_the_users_checkout(t
     script = [tool_call("str_replace_editor", FIX), tool_call("submit", {}), tool_call("submit", {})]
     with FakeScriptedLLMServer(script) as fake:
         code = main(["fix", str(demo.path), "--issue", str(issue), "--local", "--branch", "pinpoint/issue-42",
-                     "--test-cmd", demo.task.test_command, "--output", str(tmp_path / "out"), "--search", "none",
+                     "--test-cmd", demo.task.test_command, "--output", str(tmp_path / "out"), "--set", "search.policy=none",
                      "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake"])
     assert code == 0
     run = tmp_path / "out" / "fix" / "fake"  # <runs root>/<run id>/<model>
@@ -137,7 +137,7 @@ def _fix_with_model(tmp_path, model: str) -> Path:
     issue.write_text(demo.task.problem_statement)
     with FakeScriptedLLMServer([tool_call("submit", {})], default=tool_call("submit", {}), model=model) as fake:
         main(["fix", str(demo.path), "--issue", str(issue), "--local", "--output", str(tmp_path / "out"),
-              "--search", "none", "--base-url", fake.base_url, "--model", model, "--max-steps", "2",
+              "--set", "search.policy=none", "--base-url", fake.base_url, "--model", model, "--set", "budget.max_steps=2",
               "--set", "agent.execution=false"])
     [path] = (tmp_path / "out" / "fix" / model / "trajectories").glob("*/trajectory.json")
     return path

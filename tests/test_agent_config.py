@@ -69,11 +69,11 @@ def test_user_config_sits_below_environment_config_file_set_and_flags(tmp_path, 
     monkeypatch.setenv("OPENAI_BASE_URL", "http://env:2/v1")
     file = tmp_path / "run.yaml"
     file.write_text("llm: {base_url: 'http://file:3/v1'}\nbudget: {max_steps: 6}\nsearch: {k: 6}\n")
-    shown, err = _show(capsys, "--config", str(file), "--set", "search.k=7", "--max-steps", "8")
+    shown, err = _show(capsys, "--config", str(file), "--set", "search.k=7", "--set", "budget.max_steps=8")
     assert shown["llm"]["model"] == "env-model"  # environment over the user file
     assert shown["llm"]["base_url"] == "http://file:3/v1"  # --config over the environment
     assert shown["llm"]["timeout_s"] == 77 and shown["search"]["rounds"] == 2  # the user file where nothing else says
-    assert shown["search"]["k"] == 7 and shown["budget"]["max_steps"] == 8  # --set, then the flag, on top
+    assert shown["search"]["k"] == 7 and shown["budget"]["max_steps"] == 8  # --set on top of every file
     assert "environment: PINPOINT_MODEL -> llm.model" in err
 
 

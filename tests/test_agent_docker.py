@@ -34,7 +34,7 @@ def test_gold_replay_through_the_agent_resolves_under_official_grading(tmp_path,
     assert len(edits) == 1
     script = [tool_call("str_replace_editor", e) for e in edits] + [tool_call("submit", {}), tool_call("submit", {})]
     with FakeScriptedLLMServer(script) as fake:
-        code = main(["run", INSTANCE, "--evaluate", "--output", str(tmp_path), "--search", "none",
+        code = main(["run", INSTANCE, "--evaluate", "--output", str(tmp_path), "--set", "search.policy=none",
                      "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-gold-replay"])
     assert code == 0
     run = tmp_path / "swebench_verified_dev" / "fake-gold-replay"  # <runs root>/<run id>/<model>
@@ -47,14 +47,14 @@ def test_gold_replay_through_the_agent_resolves_under_official_grading(tmp_path,
     trajectory = json.loads((run / "trajectories" / INSTANCE / "trajectory.json").read_text())
     assert trajectory["runtime"] == "DockerRuntime" and trajectory["edited_lines"]["total"] == 3
     # and the same predictions file resolves under `pinpoint eval`
-    code = main(["eval", "--predictions", str(run / "preds.jsonl"), "--instances", INSTANCE,
-                 "--runs-dir", str(tmp_path / "graded"), "--run-id", "replay"])
+    code = main(["eval", "--predictions", str(run / "preds.jsonl"), "--instance", INSTANCE,
+                 "--output", str(tmp_path / "graded"), "--run-id", "replay"])
     summary = json.loads((tmp_path / "graded" / "replay" / "summary.json").read_text())
     assert summary["resolved_instances"] == 1 and summary["ids"]["resolved"] == [INSTANCE]
     # and `eval` on the run's own folder and run id reuses the report `run --evaluate` wrote
     graded_at = (run / "eval" / INSTANCE / "report.json").stat().st_mtime_ns
-    code = main(["eval", "--predictions", str(run / "preds.jsonl"), "--instances", INSTANCE,
-                 "--runs-dir", str(tmp_path), "--run-id", "swebench_verified_dev"])
+    code = main(["eval", "--predictions", str(run / "preds.jsonl"), "--instance", INSTANCE,
+                 "--output", str(tmp_path), "--run-id", "swebench_verified_dev"])
     assert code == 0 and (run / "eval" / INSTANCE / "report.json").stat().st_mtime_ns == graded_at
     assert json.loads((tmp_path / "swebench_verified_dev" / "summary.json").read_text())["resolved_instances"] == 1
 
@@ -76,7 +76,7 @@ def test_fix_in_a_container_built_from_the_repository_install_files(tmp_path, do
     script = [tool_call("str_replace_editor", fix), tool_call("submit", {}), tool_call("submit", {})]
     with FakeScriptedLLMServer(script) as fake:
         code = main(["fix", str(demo.path), "--issue", str(issue), "--test-cmd", check, "--offline",
-                     "--branch", "pinpoint/fix", "--output", str(tmp_path / "out"), "--search", "none",
+                     "--branch", "pinpoint/fix", "--output", str(tmp_path / "out"), "--set", "search.policy=none",
                      "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake"])
     assert code == 0
     run = tmp_path / "out" / "fix" / "fake"  # <runs root>/<run id>/<model>
@@ -94,7 +94,7 @@ def test_oracle_mode_traces_the_instances_failing_tests_and_keeps_them_out_of_th
     script = [tool_call("str_replace_editor", e) for e in gold_edits(instance.patch)]
     script += [tool_call("submit", {}), tool_call("submit", {})]
     with FakeScriptedLLMServer(script) as fake:
-        code = main(["run", INSTANCE, "--output", str(tmp_path), "--search", "none", "--run-id", "oracle",
+        code = main(["run", INSTANCE, "--output", str(tmp_path), "--set", "search.policy=none", "--run-id", "oracle",
                      "--set", "agent.oracle_tests=true", "--set", f"llm.base_url={fake.base_url}",
                      "--set", "llm.model=fake-oracle"])
     assert code == 0

@@ -290,11 +290,12 @@ def test_reset_undoes_type_changes_modes_links_and_nested_files(rt):
     assert rt.diff() == "" and rt.run("git status --porcelain").output == ""
 
 
-def test_bench_env_writes_its_figures_as_json(requests_image, tmp_path):
-    out = tmp_path / "bench.json"
+def test_bench_env_prints_its_figures_as_json(requests_image, capsys):
     assert pinpoint(["bench", "env", "--repeats", "2", "--concurrency", "2", "--image", requests_image,
-                     "--json", str(out)]) == 0
-    figures = json.loads(out.read_text())
+                     "--json"]) == 0
+    printed = capsys.readouterr()
+    figures = json.loads(printed.out)
+    assert "reset() ms p50" in printed.err  # the table, for whoever watches
     assert figures["reset_incorrect"] == 0 and figures["concurrent_failures"] == 0
     for key in ("reset_ms_p50", "baseline_fresh_container_reset_ms_p50", "reset_speedup_p50",
                 "command_round_trip_ms_p95", "shell_command_round_trip_ms_p50", "container_start_ms_p50",

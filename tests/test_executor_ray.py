@@ -52,7 +52,7 @@ def _workers(key: str = "") -> list[psutil.Process]:
 
 def _batch(tasks: Path, out: Path, base_url: str, *backend: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "pinpoint.cli", "batch", "--tasks", str(tasks), "--output", str(out),
-               "--workers", "2", "--no-progress", "--search", "none", *backend,
+               "--workers", "2", "--quiet", "--set", "search.policy=none", *backend,
                "--set", f"llm.base_url={base_url}", "--set", "llm.model=fake", "--set", "llm.max_retries=0"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
     return subprocess.run(command, cwd=tasks.parent, env=env, capture_output=True, text=True, timeout=600)
@@ -126,8 +126,8 @@ def _half(n: int) -> int:
 def _eval(which: str, runs: Path, *backend: str) -> tuple:
     """`pinpoint eval --gold|--empty` on psf__requests-2931: (pinpoint's outcome, the official resolved, the
     official test statuses)."""
-    command = [sys.executable, "-m", "pinpoint.cli", "eval", f"--{which}", "--instances", "psf__requests-2931",
-               "--runs-dir", str(runs), *backend]
+    command = [sys.executable, "-m", "pinpoint.cli", "eval", f"--{which}", "--instance", "psf__requests-2931",
+               "--output", str(runs), *backend]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
     done = subprocess.run(command, cwd=runs.parent, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]

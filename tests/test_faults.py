@@ -55,7 +55,7 @@ def _preds(path: Path) -> list[dict]:
 
 
 def _model_args(fake: FakeScriptedLLMServer, timeout_s: float = 30.0) -> list[str]:
-    return ["--search", "none", "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake",
+    return ["--set", "search.policy=none", "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake",
             "--set", "llm.max_retries=0", "--set", f"llm.timeout_s={timeout_s}"]
 
 
@@ -96,7 +96,7 @@ def test_batch_endpoint_fault(fault, tmp_path, capsys):
     (never an empty-patch 'model' row), the other's row stays, and the rerun resumes the faulted one."""
     tasks, out = _make_tasks(tmp_path, 2), tmp_path / "out"
     preds = out / "tasks" / "fake" / "preds.jsonl"
-    argv = ["batch", "--tasks", str(tasks), "--output", str(out), "--no-progress"]
+    argv = ["batch", "--tasks", str(tasks), "--output", str(out), "--quiet"]
     with FakeScriptedLLMServer(default=_solver({0: ENDPOINT_FAULTS[fault]()})) as fake:
         assert main([*argv, *_model_args(fake, timeout_s=2.0)]) == 1
         first = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
@@ -188,7 +188,7 @@ def test_run_endpoint_fault(tmp_path, capsys, docker_client):
 def test_eval_container_killed_mid_test_run(tmp_path, capsys, docker_client):
     """The grader's container dies while the eval script runs: an infrastructure outcome (container_failed),
     never `unresolved`; the rerun grades it again and it resolves."""
-    argv = ["eval", "--gold", "--instances", INSTANCE, "--runs-dir", str(tmp_path), "--run-id", "t"]
+    argv = ["eval", "--gold", "--instance", INSTANCE, "--output", str(tmp_path), "--run-id", "t"]
     killer = _kill_when_running(RUN_ID, "eval.sh")
     assert main(argv) == 0
     killer.join(timeout=5)
@@ -306,8 +306,8 @@ def test_batch_engine_lost_mid_batch(tmp_path, docker_client):
            "PINPOINT_TEST_RUN_ID_FILE": str(label_file)}
     try:
         with FakeScriptedLLMServer(default=_container_script(statements, {first: proxy.cut})) as fake:
-            argv = [sys.executable, "tests/fault_hooks.py", "-", "0", "batch", "--instances", first, second,
-                    "--workers", "1", "--no-progress", "--output", str(out), "--run-id", "batch", *_model_args(fake)]
+            argv = [sys.executable, "tests/fault_hooks.py", "-", "0", "batch", "--instance", first, second,
+                    "--workers", "1", "--quiet", "--output", str(out), "--run-id", "batch", *_model_args(fake)]
             proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
             assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
             assert f"{second}: infrastructure failure" in proc.stderr, proc.stderr[-3000:]
@@ -336,7 +336,7 @@ def test_eval_engine_lost_mid_eval(tmp_path, monkeypatch, capsys, docker_client)
     real_engine = docker.DockerClient(base_url=f"unix://{ENGINE_SOCKET}")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{proxy.path}")
     engine.client.cache_clear()
-    argv = ["eval", "--gold", "--instances", *ids, "--runs-dir", str(tmp_path / "runs"), "--run-id", "t"]
+    argv = ["eval", "--gold", "--instance", *ids, "--output", str(tmp_path / "runs"), "--run-id", "t"]
     try:
         assert main(argv) == 0
         summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
@@ -386,7 +386,7 @@ def test_batch_disk_full(tmp_path, capsys):
     every file whole, and the rerun once space is back finishes it."""
     tasks = _make_tasks(tmp_path, 2)
     with small_disk(tmp_path / "runs", "2m") as runs, FakeScriptedLLMServer(default=_solver()) as fake:
-        argv = ["batch", "--tasks", str(tasks), "--output", str(runs), "--no-progress", "--workers", "1",
+        argv = ["batch", "--tasks", str(tasks), "--output", str(runs), "--quiet", "--workers", "1",
                 *_model_args(fake)]
         one = _make_tasks(tmp_path / "one", 1)
         assert main([*argv[:2], str(one), *argv[3:]]) == 0  # task-0 done while there is space
@@ -411,7 +411,7 @@ def test_eval_disk_full(tmp_path, capsys, docker_client):
     """No space for the eval folder mid-grading: one line and exit 2, no half-written report.json (a later eval
     must not trust it); once space is back the rerun grades it."""
     with small_disk(tmp_path / "runs", "1m") as runs:
-        argv = ["eval", "--gold", "--instances", INSTANCE, "--runs-dir", str(runs), "--run-id", "t"]
+        argv = ["eval", "--gold", "--instance", INSTANCE, "--output", str(runs), "--run-id", "t"]
         filler = _fill(runs, leave=20_000)  # room for eval.sh and patch.diff, not the 44 kB test log
         code = main(argv)
         err = capsys.readouterr().err
@@ -438,7 +438,7 @@ def test_batch_killed_mid_write(target, nth, tmp_path):
     tasks, out = _make_tasks(tmp_path, 3), tmp_path / "out"
     preds = out / "tasks" / "fake" / "preds.jsonl"
     with FakeScriptedLLMServer(default=_solver()) as fake:
-        argv = ["batch", "--tasks", str(tasks), "--output", str(out), "--no-progress", *_model_args(fake)]
+        argv = ["batch", "--tasks", str(tasks), "--output", str(out), "--quiet", *_model_args(fake)]
         killed = _hooked(target, nth, *argv)
         assert killed.returncode == -9, killed.stderr[-3000:]
         from pinpoint.swebench_eval.predictions import read_predictions
@@ -459,7 +459,7 @@ def test_batch_killed_mid_write(target, nth, tmp_path):
 def test_eval_killed_mid_report_write(tmp_path, docker_client):
     """SIGKILL while report.json is written: no half report is left to be trusted, and the rerun grades the
     instance and resolves it."""
-    argv = ["eval", "--gold", "--instances", INSTANCE, "--runs-dir", str(tmp_path), "--run-id", "t"]
+    argv = ["eval", "--gold", "--instance", INSTANCE, "--output", str(tmp_path), "--run-id", "t"]
     killed = _hooked("report.json", 1, *argv)
     assert killed.returncode == -9, killed.stderr[-3000:]
     report = tmp_path / "t" / "gold" / "eval" / INSTANCE / "report.json"

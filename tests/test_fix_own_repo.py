@@ -114,7 +114,7 @@ def _issue(tmp_path: Path, text: str = ISSUE, folder: str = "a") -> Path:
 
 def _fix(repo: Path, issue: Path, out: Path, fake: FakeScriptedLLMServer, *extra: str) -> int:
     return main(["fix", str(repo), "--issue", str(issue), "--local", "--test-cmd", f"{PYTEST} -q tests",
-                 "--output", str(out), "--search", "none", "--base-url", fake.base_url, *FAST, *extra])
+                 "--output", str(out), "--set", "search.policy=none", "--base-url", fake.base_url, *FAST, *extra])
 
 
 def _script() -> list:
@@ -125,7 +125,7 @@ def _trajectories(out: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("fix/*/trajectories/*/trajectory.json"))]
 
 
-TWO = ("--max-steps", "2")
+TWO = ("--set", "budget.max_steps=2")
 
 
 def test_a_different_issue_with_the_same_file_name_never_resumes_the_old_answer(team_repo, tmp_path, capsys):
@@ -140,10 +140,10 @@ def test_a_different_issue_with_the_same_file_name_never_resumes_the_old_answer(
         asked = len(fake.chat_requests)
         assert _fix(team_repo, other, out, fake, *TWO) == 1  # the same question: returned as is, no model call
         assert "already finished" in capsys.readouterr().err and len(fake.chat_requests) == asked
-        assert _fix(team_repo, other, out, fake, "--max-steps", "3") == 1  # another budget: another run
+        assert _fix(team_repo, other, out, fake, "--set", "budget.max_steps=3") == 1  # another budget: another run
         assert len(fake.chat_requests) > asked
         asked = len(fake.chat_requests)
-        assert _fix(team_repo, other, out, fake, "--max-steps", "3", "--redo-existing") == 1
+        assert _fix(team_repo, other, out, fake, "--set", "budget.max_steps=3", "--fresh") == 1
         assert len(fake.chat_requests) > asked and "new run" in capsys.readouterr().err
     runs = _trajectories(out)
     assert len(runs) == 3
@@ -203,7 +203,7 @@ def test_openai_base_url_and_the_servers_model_name_are_used(team_repo, tmp_path
     with FakeScriptedLLMServer(_script(), model="served-model") as fake:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         code = main(["fix", str(team_repo), "--issue", str(_issue(tmp_path)), "--local", "--test-cmd",
-                     f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--search", "none",
+                     f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--set", "search.policy=none",
                      "--branch", "pinpoint/mean", *FAST])
         assert code == 0 and len(fake.chat_requests) == 3
     stdout = capsys.readouterr().out
@@ -219,7 +219,7 @@ def test_a_dirty_tree_is_refused_unless_allowed(team_repo, tmp_path, capsys):
     with FakeScriptedLLMServer(_script(), default=tool_call("submit", {})) as fake:
         err = _refused(capsys, _fix(team_repo, _issue(tmp_path), tmp_path / "out", fake))
         assert "uncommitted changes (calc/text.py)" in err and "--allow-dirty" in err
-        assert _fix(team_repo, _issue(tmp_path), tmp_path / "out", fake, "--allow-dirty", "--max-steps", "4") == 0
+        assert _fix(team_repo, _issue(tmp_path), tmp_path / "out", fake, "--allow-dirty", "--set", "budget.max_steps=4") == 0
     captured = capsys.readouterr()
     assert "working on the working tree" in captured.err
     assert "FAIL (8 passed, 2 failed)" in captured.out  # the user's uncommitted '!!' is what was tested
@@ -247,7 +247,7 @@ def test_sigterm_ends_the_run_as_interrupted_and_removes_its_temp_folders(team_r
     with FakeScriptedLLMServer([delay(120)]) as fake:  # the first model call hangs until the run is killed
         argv = [sys.executable, "-m", "pinpoint.cli", "fix", str(team_repo), "--issue", str(_issue(tmp_path)),
                 "--local", "--test-cmd", f"{PYTEST} -q tests", "--output", str(out), "--base-url", fake.base_url,
-                "--search", "none", *FAST]
+                "--set", "search.policy=none", *FAST]
         proc = subprocess.Popen(argv, env={**os.environ, "TMPDIR": str(temp)}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:

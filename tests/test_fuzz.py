@@ -166,7 +166,7 @@ def test_malformed_dataset_rows_are_refused_by_run_and_eval(row, data):
         out = tmp / "out"
         check("dataset row (run)", invoke(["run", INSTANCE, "--dataset", str(dataset), "--output", str(out)]),
               "run", out)
-        check("dataset row (eval)", invoke(["eval", "--gold", "--dataset", str(dataset), "--runs-dir", str(out)]),
+        check("dataset row (eval)", invoke(["eval", "--gold", "--dataset", str(dataset), "--output", str(out)]),
               "eval", out)
 
 
@@ -189,7 +189,7 @@ def test_malformed_task_rows_are_refused_by_batch(small_repo, data):
         tmp = Path(tmp)
         tasks = _write(tmp, "tasks.jsonl", line + "\n")
         out = tmp / "out"
-        check("tasks row (batch)", invoke(["batch", "--tasks", str(tasks), "--output", str(out), "--no-progress"]),
+        check("tasks row (batch)", invoke(["batch", "--tasks", str(tasks), "--output", str(out), "--quiet"]),
               "batch", out)
 
 
@@ -224,7 +224,7 @@ def test_malformed_predictions_and_patches_are_refused_by_eval(one_row_dataset, 
         preds = _write(tmp, "preds.jsonl", line + "\n")
         out = tmp / "out"
         result = invoke(["eval", "--predictions", str(preds), "--dataset", str(one_row_dataset),
-                         "--instances", INSTANCE, "--runs-dir", str(out)])
+                         "--instance", INSTANCE, "--output", str(out)])
         check("prediction (eval)", result, "eval", out)
 
 
@@ -357,7 +357,7 @@ def test_no_traceback_reaches_the_terminal(tmp_path, one_row_dataset):
     config = _write(tmp_path, "c.yaml", "llm: [unclosed\n")
     cases = [
         ("show", ["show", str(binary)]),
-        ("eval", ["eval", "--predictions", str(preds), "--dataset", str(one_row_dataset), "--runs-dir",
+        ("eval", ["eval", "--predictions", str(preds), "--dataset", str(one_row_dataset), "--output",
                   str(tmp_path / "out")]),
         ("batch", ["batch", "--tasks", str(tasks), "--output", str(tmp_path / "out")]),
         ("run", ["run", INSTANCE, "--config", str(config), "--output", str(tmp_path / "out")]),

@@ -60,7 +60,7 @@ def fix_run(tmp_path_factory) -> tuple[Path, Path, dict]:
     (root / "issue.md").write_text(ISSUE)
     with FakeScriptedLLMServer(_script()) as fake:
         assert main(["fix", str(repo), "--issue", str(root / "issue.md"), "--local", "--test-cmd", f"{PYTEST} -q tests",
-                     "--output", str(root / "out"), "--search", "none", "--base-url", fake.base_url, *FAST]) == 0
+                     "--output", str(root / "out"), "--set", "search.policy=none", "--base-url", fake.base_url, *FAST]) == 0
     [trajectory] = (root / "out" / "fix").glob("*/trajectories/*/trajectory.json")
     return repo, trajectory.parent, json.loads(trajectory.read_text())
 
@@ -295,7 +295,7 @@ def test_a_bad_path_is_one_line_and_exit_2(tmp_path, capsys):
 @pytest.mark.slow
 def test_ten_thousand_events_draw_a_page_at_a_time_and_the_benchmark_prints_both(demo_run, browser, tmp_path):
     from pinpoint.agent.trajectory import load_trajectory, write_json_atomic
-    from pinpoint.inspector.bench import bench_inspector, format_bench, repeated
+    from pinpoint_lab.inspector_bench import bench_inspector, format_bench, repeated
 
     folder, _ = demo_run
     big = repeated(load_trajectory(folder / "trajectory.json"), 10_000)  # real events, repeated
@@ -310,7 +310,7 @@ def test_ten_thousand_events_draw_a_page_at_a_time_and_the_benchmark_prints_both
     assert page.locator("#gantt rect").count() <= 1000
     page.click("#steps + button.more")
     assert page.locator("#steps details.step").count() == 200
-    table = format_bench(bench_inspector(folder, 2000, browser))  # what `pinpoint bench inspector` prints
+    table = format_bench(bench_inspector(folder, 2000, browser))  # what `pinpoint-lab bench inspector` prints
     assert "first view ms" in table and "large/small" in table
     events_row = next(row for row in table.splitlines() if row.startswith("events"))
     assert events_row.split()[1:3] == [str(len(load_trajectory(folder / "trajectory.json")["events"])), "2000"]
@@ -327,7 +327,7 @@ def swebench_run(runs_root: Path, docker_client) -> Path:
     instance = load_instances(ids=[INSTANCE])[0]
     script = [tool_call("str_replace_editor", e) for e in gold_edits(instance.patch)]
     with FakeScriptedLLMServer(script + [tool_call("submit", {}), tool_call("submit", {})]) as fake:
-        assert main(["run", INSTANCE, "--evaluate", "--output", str(runs_root), "--search", "none",
+        assert main(["run", INSTANCE, "--evaluate", "--output", str(runs_root), "--set", "search.policy=none",
                      "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-gold-replay"]) == 0
     return runs_root / "swebench_verified_dev" / "fake-gold-replay"
 
@@ -395,9 +395,9 @@ def test_an_rl_rollout_as_a_table_with_its_episodes(demo_task, browser, tmp_path
     tasks.write_text(json.dumps(demo_task.to_row()) + "\n")
     out = tmp_path / "rollout" / "episodes.parquet"
     out.parent.mkdir()
-    done = subprocess.run([sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks), "--policy",
+    done = subprocess.run([sys.executable, "-m", "pinpoint.cli", "rl", "rollout", "--tasks", str(tasks), "--policy",
                            "scripted-gold", "--samples-per-task", "2", "--workers", "1", "--reward", "precise",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+                           "--output", str(out)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = pq.read_table(out).to_pylist()
     partial = {"task_id": rows[0]["task_id"], "sample": 99, "reward": None}  # no status, tokens, reason...
@@ -438,8 +438,8 @@ def test_a_search_that_passes_shows_its_chosen_candidate_and_the_edit_against_th
                                  "test_command": demo.task.test_command}) + "\n")
     script = [text("```python\n    return number % 1.0\n```")] + [tool_call("submit", {})] * 4
     with FakeScriptedLLMServer(script) as fake:
-        assert main(["batch", "--tasks", str(tasks), "--output", str(tmp_path / "runs"), "--search", "flare",
-                     "--no-progress", "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-flare"]) == 0
+        assert main(["batch", "--tasks", str(tasks), "--output", str(tmp_path / "runs"), "--set", "search.policy=flare",
+                     "--quiet", "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-flare"]) == 0
     folder = tmp_path / "runs" / "tasks" / "fake-flare" / "trajectories" / demo.task.instance_id
     data = json.loads((folder / "trajectory.json").read_text())
     kept = [c for c in data["candidates"] if c["ok"]]
@@ -495,7 +495,7 @@ def test_a_run_with_the_execution_signals_shows_each_signals_suspects(browser, t
     (tmp_path / "issue.md").write_text(ISSUE + "It divides `total(values)` by one more than the count.\n")
     with FakeScriptedLLMServer(_script()) as fake:
         assert main(["fix", str(repo), "--issue", str(tmp_path / "issue.md"), "--local", "--test-cmd",
-                     f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--search", "none",
+                     f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--set", "search.policy=none",
                      "--base-url", fake.base_url, "--set", "agent.insertion=true"]) == 0
     [trajectory] = (tmp_path / "out" / "fix").glob("*/trajectories/*/trajectory.json")
     [record] = [e for e in json.loads(trajectory.read_text())["events"] if e["kind"] == "execution"]

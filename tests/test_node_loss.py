@@ -65,8 +65,8 @@ def _eval_with_node_loss(tmp_path: Path, cluster: TwoNodeCluster, engine: Second
     run_id, log = uuid.uuid4().hex[:12], tmp_path / "eval.log"
     with creates_on([None], run_id, tmp_path) as [main]:
         with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "pinpoint.cli", "eval", "--gold", "--instances",
-                                     *INSTANCES, "--runs-dir", str(tmp_path / "runs"), "--backend", "ray",
+            proc = subprocess.Popen([sys.executable, "-m", "pinpoint.cli", "eval", "--gold", "--instance",
+                                     *INSTANCES, "--output", str(tmp_path / "runs"), "--backend", "ray",
                                      "--address", cluster.address], cwd=tmp_path, env=_driver_env(run_id),
                                     stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -125,7 +125,7 @@ def _batch_with_node_loss(tmp_path: Path, cluster: TwoNodeCluster) -> None:
     out = tmp_path / "batch-out"
     with FakeScriptedLLMServer(default=reply) as fake:
         done = subprocess.run([sys.executable, "-m", "pinpoint.cli", "batch", "--tasks", str(tasks), "--output",
-                               str(out), "--no-progress", "--search", "none", "--backend", "ray", "--address",
+                               str(out), "--quiet", "--set", "search.policy=none", "--backend", "ray", "--address",
                                cluster.address, "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake",
                                "--set", "llm.max_retries=0"], cwd=tasks.parent,
                               env=_driver_env(uuid.uuid4().hex[:12]), capture_output=True, text=True, timeout=900)

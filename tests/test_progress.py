@@ -39,7 +39,7 @@ def _issue(tmp_path: Path) -> Path:
 
 def _fix_argv(repo: Path, issue: Path, out: Path, base_url: str, *extra: str) -> list[str]:
     return ["fix", str(repo), "--issue", str(issue), "--local", "--test-cmd", f"{PYTEST} -q tests",
-            "--output", str(out), "--search", "none", "--base-url", base_url, *FAST, *extra]
+            "--output", str(out), "--set", "search.policy=none", "--base-url", base_url, *FAST, *extra]
 
 
 def _status_lines(err: str) -> list[tuple[str, ...]]:
@@ -126,7 +126,7 @@ def test_on_a_terminal_the_status_line_is_live_and_stdout_keeps_the_results(team
 
 # -- batch ----------------------------------------------------------------------------------------------------------
 def _batch_argv(tasks: Path, out: Path, base_url: str, *extra: str) -> list[str]:
-    return ["batch", "--tasks", str(tasks), "--output", str(out), "--workers", "2", "--search", "none",
+    return ["batch", "--tasks", str(tasks), "--output", str(out), "--workers", "2", "--set", "search.policy=none",
             "--set", f"llm.base_url={base_url}", "--set", "llm.model=fake", *extra]
 
 
@@ -233,7 +233,7 @@ def test_the_embedded_model_gets_a_request_timeout_it_can_meet(monkeypatch):
 @pytest.mark.slow  # the real embedded model's first edit turn: minutes on two shared cores
 def test_fix_with_the_embedded_model_does_not_time_out_on_its_first_edit(team_repo, tmp_path, capsys):
     code = main(["fix", str(team_repo), "--issue", str(_issue(tmp_path)), "--local", "--test-cmd",
-                 f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--search", "none", "--max-steps", "1",
+                 f"{PYTEST} -q tests", "--output", str(tmp_path / "out"), "--set", "search.policy=none", "--set", "budget.max_steps=1",
                  *FAST])
     captured = capsys.readouterr()
     assert code in (0, 1), captured.err

@@ -69,7 +69,7 @@ def _build(registry: str, cache: Path, docker_host: str | None = None) -> subpro
     env.pop("DOCKER_HOST", None)
     if docker_host:
         env["DOCKER_HOST"] = docker_host
-    return subprocess.run([sys.executable, "-m", "pinpoint", "images", "build", "--instances", INSTANCE,
+    return subprocess.run([sys.executable, "-m", "pinpoint", "images", "build", "--instance", INSTANCE,
                            "--registry", registry], env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -136,7 +136,7 @@ def test_images_build_on_every_node_of_a_cluster_pulls_where_the_layers_are_miss
         since = str(int(time.time()))
         env_vars = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS", "DOCKER_HOST")},
                     **RAY_ENV, "PINPOINT_CACHE": str(tmp_path / "cache2"), "PINPOINT_NO_PULL": "1"}
-        done = subprocess.run([sys.executable, "-m", "pinpoint", "images", "build", "--instances", INSTANCE,
+        done = subprocess.run([sys.executable, "-m", "pinpoint", "images", "build", "--instance", INSTANCE,
                                "--registry", registry, "--backend", "ray", "--address", cluster.address,
                                "--all-nodes"], cwd=tmp_path, env=env_vars, capture_output=True, text=True,
                               timeout=600)

@@ -34,7 +34,7 @@ def test_rl_dataset_writes_rows_verl_and_skyrl_read(tasks_file: Path, tmp_path: 
     from pinpoint.rl.dataset import PINPOINT_AGENT
 
     out = tmp_path / "train.parquet"
-    assert main(["rl", "dataset", "--tasks", str(tasks_file), "--out", str(out)]) == 0
+    assert main(["rl", "dataset", "--tasks", str(tasks_file), "--output", str(out)]) == 0
     rows = datasets.load_dataset("parquet", data_files=str(out), split="train")  # as RLHFDataset/PromptDataset do
     assert len(rows) == 2 and PINPOINT_AGENT == SKYRL_ENV_ID
     local, swebench = rows[0], rows[1]
@@ -78,7 +78,7 @@ def test_rl_filter_drops_groups_whose_rewards_are_all_equal(tmp_path: Path, caps
                                                        "mixed": [1.0, 0.0], "equal-but-a-failure": [1.0, None],
                                                        "mixed-with-a-failure": [None, 0.0, 1.0]})
     for out in (tmp_path / "kept.jsonl", tmp_path / "kept.parquet"):
-        assert main(["rl", "filter", str(rollouts), "--out", str(out)]) == 0
+        assert main(["rl", "filter", str(rollouts), "--output", str(out)]) == 0
         kept = load_rollouts(out)
         assert sorted((r["task_id"], r["sample"]) for r in kept) == [
             ("mixed", 0), ("mixed", 1), ("mixed-with-a-failure", 0), ("mixed-with-a-failure", 1),
@@ -98,27 +98,51 @@ def test_curriculum_orders_tasks_by_earlier_pass_rates(tmp_path: Path, demo_task
     rollouts = _episodes(tmp_path / "episodes.jsonl", {"hard": [0.0, 0.0, 0.0, 1.0], "easy": [1.0, 1.0, None],
                                                        "medium": [1.0, 0.0]})
     out = tmp_path / "train.parquet"
-    assert main(["rl", "dataset", "--tasks", str(tasks_file), "--out", str(out), "--curriculum", str(rollouts)]) == 0
+    assert main(["rl", "dataset", "--tasks", str(tasks_file), "--output", str(out), "--curriculum", str(rollouts)]) == 0
     assert [e["task_id"] for e in pq.read_table(out).column("extra_info").to_pylist()] == [
         "easy", "medium", "hard", "never-run"]
-    assert main(["rl", "dataset", "--tasks", str(tasks_file), "--out", str(out), "--curriculum", str(rollouts),
+    assert main(["rl", "dataset", "--tasks", str(tasks_file), "--output", str(out), "--curriculum", str(rollouts),
                  "--hardest-first"]) == 0
     assert [e["task_id"] for e in pq.read_table(out).column("extra_info").to_pylist()] == [
         "hard", "medium", "easy", "never-run"]
 
 
 def test_bad_input_is_one_line_and_exit_2(tasks_file: Path, tmp_path: Path, capsys) -> None:
-    assert "Parquet" in _refused(capsys, ["rl", "dataset", "--tasks", str(tasks_file), "--out", "x.jsonl"])
+    assert "Parquet" in _refused(capsys, ["rl", "dataset", "--tasks", str(tasks_file), "--output", "x.jsonl"])
     assert "cannot read tasks file" in _refused(capsys, ["rl", "dataset", "--tasks", str(tmp_path / "none.jsonl"),
-                                                         "--out", str(tmp_path / "t.parquet")])
-    assert "no such rollout dataset" in _refused(capsys, ["rl", "dataset", "--tasks", str(tasks_file), "--out",
+                                                         "--output", str(tmp_path / "t.parquet")])
+    assert "no such rollout dataset" in _refused(capsys, ["rl", "dataset", "--tasks", str(tasks_file), "--output",
                                                           str(tmp_path / "t.parquet"), "--curriculum",
                                                           str(tmp_path / "none.jsonl")])
-    assert "--curriculum" in _refused(capsys, ["rl", "dataset", "--tasks", str(tasks_file), "--out",
+    assert "--curriculum" in _refused(capsys, ["rl", "dataset", "--tasks", str(tasks_file), "--output",
                                                str(tmp_path / "t.parquet"), "--hardest-first"])
     broken = tmp_path / "broken.parquet"
     broken.write_text("not parquet")
-    assert "not a rollout dataset" in _refused(capsys, ["rl", "filter", str(broken), "--out",
+    assert "not a rollout dataset" in _refused(capsys, ["rl", "filter", str(broken), "--output",
                                                         str(tmp_path / "kept.jsonl")])
-    assert "no such rollout dataset" in _refused(capsys, ["rl", "filter", str(tmp_path / "none.jsonl"), "--out",
+    assert "no such rollout dataset" in _refused(capsys, ["rl", "filter", str(tmp_path / "none.jsonl"), "--output",
                                                           str(tmp_path / "kept.jsonl")])
+
+
+def test_rl_filter_that_drops_every_group_still_writes_a_loadable_parquet(tmp_path: Path, capsys) -> None:
+    """All-zero rewards are the normal case early in training: the empty result keeps the input's full schema and
+    has no row group, so Hugging Face `datasets` (as verl and SkyRL read it) loads it beside a non-empty one and
+    pyarrow concatenates the two. (`datasets` refuses a split of 0 rows whatever the file: "corresponds to no
+    data".)"""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import load_dataset
+
+    rollouts = _episodes(tmp_path / "episodes.jsonl", {"a": [0.0, 0.0], "b": [0.0, 0.0], "c": [1.0, 0.0]})
+    empty, full = tmp_path / "empty.parquet", tmp_path / "full.parquet"
+    assert main(["rl", "filter", str(_episodes(tmp_path / "zeros.jsonl", {"a": [0.0, 0.0], "b": [1.0, 1.0]})),
+                 "--output", str(empty)]) == 0
+    assert main(["rl", "filter", str(rollouts), "--output", str(full)]) == 0
+    assert "kept 0 of 4 row(s)" in capsys.readouterr().out
+    table = pq.read_table(empty)
+    assert table.num_rows == 0 and {"task_id", "sample", "reward", "prompt_ids", "response_mask"} <= set(
+        table.column_names)
+    loaded = load_dataset("parquet", data_files=[str(empty), str(full)], split="train")
+    assert loaded.num_rows == 2 and set(loaded.column_names) == set(table.column_names)
+    both = pa.concat_tables([table, pq.read_table(full)])
+    assert both.num_rows == 2 and both.column("task_id").to_pylist() == ["c", "c"]

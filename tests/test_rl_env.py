@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 from pinpoint.environments.errors import UsageError
-from pinpoint.rl.env import EnvSettings, RepairEnv, parse_action
+from pinpoint.rl.env import EnvSettings, RepairEnv
 from pinpoint.rl.policies import GoldPolicy, NoopPolicy
 from pinpoint.rl.rewards import precise_reward
 from pinpoint.rl.tasks import RlTask, load_tasks
 from pinpoint.swebench_eval.metrics import edit_metrics
+from pinpoint.tools.protocol import NO_ACTION, Action, ActionError, parse_action
 
 
 def _episode(env: RepairEnv, task: RlTask, actions: list) -> tuple[float | None, dict, int]:
@@ -83,10 +84,12 @@ def test_bad_actions_are_observations_and_budgets_truncate(demo_task: RlTask) ->
 
 
 def test_actions_in_every_accepted_shape() -> None:
-    assert parse_action('```json\n{"tool": "view", "arguments": {"path": "a.py"}}\n```') == ("view", {"path": "a.py"})
-    assert parse_action({"function": {"name": "submit", "arguments": "{}"}}) == ("submit", {})  # read once, here
-    assert parse_action({"tool": "view", "arguments": {"path": "."}}) == ("view", {"path": "."})
-    assert "could not be read" in parse_action('```json\n{"tool": "view", "arguments": {\n```')
+    assert parse_action('```json\n{"tool": "view", "arguments": {"path": "a.py"}}\n```') == Action("view", {"path": "a.py"})
+    assert parse_action({"function": {"name": "submit", "arguments": "{}"}}) == Action("submit", {})  # read once, here
+    assert parse_action({"tool": "view", "arguments": {"path": "."}}) == Action("view", {"path": "."})
+    error = parse_action('```json\n{"tool": "view", "arguments": {\n```')
+    assert isinstance(error, ActionError) and "could not be read" in error.message
+    assert parse_action("I think the bug is in a.py.") == ActionError(NO_ACTION)
     with pytest.raises(UsageError), RepairEnv() as env:
         env.reset(options={})
 
@@ -148,9 +151,9 @@ def test_prepare_and_rollout_commands_check_their_input(tmp_path: Path, demo_tas
     tasks.write_text(json.dumps(demo_task.to_row()) + "\n")
     assert main(["rl", "prepare", "--tasks", str(tasks)]) == 0
     assert "demo-Python-2: ready" in capsys.readouterr().out
-    assert main(["rollout", "--tasks", str(tasks), "--policy", "scripted-gold", "--workers", "0",
-                 "--out", str(tmp_path / "o.jsonl")]) == 2
-    assert main(["rollout", "--tasks", str(tasks), "--policy", "gpt-4", "--out", str(tmp_path / "o.jsonl")]) == 2
+    assert main(["rl", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold", "--workers", "0",
+                 "--output", str(tmp_path / "o.jsonl")]) == 2
+    assert main(["rl", "rollout", "--tasks", str(tasks), "--policy", "gpt-4", "--output", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "--workers" in err and "expected scripted-gold" in err and "Traceback" not in err
     assert not (tmp_path / "o.jsonl").exists()

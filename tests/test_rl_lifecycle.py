@@ -39,8 +39,8 @@ def test_a_killed_driver_leaves_no_container_of_its_run(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"instance_id": INSTANCE}) + "\n")
     out = tmp_path / "episodes.jsonl"
-    command = [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
-               "--samples-per-task", "400", "--concurrency", "2", "--reward", "localization", "--out", str(out)]
+    command = [sys.executable, "-m", "pinpoint.cli", "rl", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
+               "--samples-per-task", "400", "--concurrency", "2", "--reward", "localization", "--output", str(out)]
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               start_new_session=True)
     try:

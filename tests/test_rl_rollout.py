@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pinpoint.rl.gateway import SeedKey, turn_seed
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +26,8 @@ def tasks_file(tmp_path_factory: pytest.TempPathFactory, demo_task) -> Path:
 
 
 def _rollout(tasks: Path, out: Path, samples: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
-               "--samples-per-task", str(samples), "--workers", "1", "--reward", "precise", "--out", str(out)]
+    command = [sys.executable, "-m", "pinpoint.cli", "rl", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
+               "--samples-per-task", str(samples), "--workers", "1", "--reward", "precise", "--output", str(out)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -72,18 +73,18 @@ def test_rollout_to_parquet_holds_the_trainer_fields(tasks_file: Path, tmp_path:
 
 def test_rollout_speaks_vllm_and_fails_loudly_when_every_episode_fails(tasks_file: Path, tmp_path: Path) -> None:
     """`--backend vllm` against a FAKE vLLM server (vLLM's real token-id API shapes: tests/fake_vllm_server.py):
-    token-exact rows, the temperature and a per-sample seed reach the server. The default llama.cpp backend against
-    the same server fails every episode (no /apply-template): the command says so and exits non-zero."""
+    token-exact rows, the temperature and each turn's seed reach the server. The default llama.cpp backend against
+    the same server is refused (no /apply-template, a 404): the command stops at once as a usage error."""
     sys.path.insert(0, str(Path(__file__).parent))
     from fake_vllm_server import EOS, FakeVllmServer, tokenize
 
     reply = '{"tool": "submit", "arguments": {}}'
     fake = FakeVllmServer(reply)
-    base = [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks_file), "--policy", fake.url,
+    base = [sys.executable, "-m", "pinpoint.cli", "rl", "rollout", "--tasks", str(tasks_file), "--policy", fake.url,
             "--model", "fake-vllm", "--samples-per-task", "2", "--reward", "localization"]
     try:
         out = tmp_path / "vllm.jsonl"
-        done = subprocess.run([*base, "--backend", "vllm", "--temperature", "0.7", "--seed", "5", "--out", str(out)],
+        done = subprocess.run([*base, "--model-backend", "vllm", "--set", "llm.temperature=0.7", "--seed", "5", "--output", str(out)],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         rows = sorted(_lines(out), key=lambda r: r["sample"])
@@ -93,14 +94,15 @@ def test_rollout_speaks_vllm_and_fails_loudly_when_every_episode_fails(tasks_fil
             assert row["response_mask"] == [1] * len(row["response_ids"])
             assert row["rollout_logprobs"] == [-0.25] * len(row["response_ids"])
             assert row["prompt_ids"][:1] == [1] and row["prompt_ids"][-3:] == tokenize("nt\n")
-        assert sorted(b["seed"] for b in fake.completions) == [5, 6]
+        assert sorted(b["seed"] for b in fake.completions) == sorted(
+            turn_seed(SeedKey(5, row["task_id"], row["sample"]), 0) for row in rows)  # one turn each
         assert {b["temperature"] for b in fake.completions} == {0.7}
-        failing = subprocess.run([*base, "--out", str(tmp_path / "llamacpp.jsonl")], capture_output=True, text=True,
+        failing = subprocess.run([*base, "--output", str(tmp_path / "llamacpp.jsonl")], capture_output=True, text=True,
                                  timeout=300)
     finally:
         fake.close()
-    assert failing.returncode == 1, failing.stdout
-    assert "every episode was an infrastructure failure" in failing.stdout and "apply-template" in failing.stdout
+    assert failing.returncode == 2, failing.stdout  # a server without llama.cpp's endpoints: a usage error, at once
+    assert "refused the request" in failing.stderr and "apply-template" in failing.stderr
 
 
 def test_rollout_speaks_sglang_with_the_models_tokenizer(tasks_file: Path, tmp_path: Path) -> None:
@@ -113,13 +115,13 @@ def test_rollout_speaks_sglang_with_the_models_tokenizer(tasks_file: Path, tmp_p
     reply = '{"tool": "submit", "arguments": {}}'
     fake = FakeSglangServer(reply)
     tokenizer = write_fake_tokenizer(tmp_path / "tokenizer")
-    base = [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks_file), "--policy", fake.url,
-            "--model", "fake-sglang", "--backend", "sglang", "--reward", "localization"]
+    base = [sys.executable, "-m", "pinpoint.cli", "rl", "rollout", "--tasks", str(tasks_file), "--policy", fake.url,
+            "--model", "fake-sglang", "--model-backend", "sglang", "--reward", "localization"]
     try:
         out = tmp_path / "sglang.jsonl"
-        done = subprocess.run([*base, "--tokenizer", str(tokenizer), "--seed", "3", "--out", str(out)],
+        done = subprocess.run([*base, "--tokenizer", str(tokenizer), "--seed", "3", "--output", str(out)],
                               capture_output=True, text=True, timeout=300)
-        refused = subprocess.run([*base, "--out", str(tmp_path / "none.jsonl")], capture_output=True, text=True,
+        refused = subprocess.run([*base, "--output", str(tmp_path / "none.jsonl")], capture_output=True, text=True,
                                  timeout=120)
     finally:
         fake.close()
@@ -129,7 +131,8 @@ def test_rollout_speaks_sglang_with_the_models_tokenizer(tasks_file: Path, tmp_p
     assert row["backend"] == "sglang"
     assert row["token_source"] == "server"
     assert row["response_ids"] == tokenize(reply) + [EOS]
-    assert [b["sampling_params"].get("sampling_seed") for b in fake.generates] == [3]
+    assert [b["sampling_params"].get("sampling_seed") for b in fake.generates] == [
+        turn_seed(SeedKey(3, row["task_id"], 0), 0)]
     assert refused.returncode == 2
     assert "--tokenizer" in refused.stderr
     assert "Traceback" not in refused.stderr

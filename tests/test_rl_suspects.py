@@ -200,7 +200,7 @@ def test_prepare_says_a_local_task_has_no_suspects_and_rollout_refuses_an_unknow
     assert main(["rl", "prepare", "--tasks", str(tasks), "--suspects", "oracle"]) == 0
     assert capsys.readouterr().out.strip().endswith("; no suspects (a local task has no FAIL_TO_PASS tests)")
     with pytest.raises(SystemExit):
-        main(["rollout", "--tasks", str(tasks), "--policy", "noop", "--out", str(tmp_path / "o.jsonl"),
+        main(["rl", "rollout", "--tasks", str(tasks), "--policy", "noop", "--output", str(tmp_path / "o.jsonl"),
               "--suspects", "gold"])
     assert "invalid choice: 'gold'" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
 
@@ -356,8 +356,8 @@ def test_prepare_computes_the_suspects_the_env_and_rollout_then_read_from_the_ca
         _, info = env.reset(options={"task": requests_task})
         assert info["suspects_cached"] is True and "suspects_failure" not in info
     out = tmp_path / "rows.jsonl"
-    assert main(["rollout", "--tasks", str(tasks), "--policy", "noop", "--reward", "localization", "--suspects",
-                 "oracle", "--out", str(out)]) == 0
+    assert main(["rl", "rollout", "--tasks", str(tasks), "--policy", "noop", "--reward", "localization", "--suspects",
+                 "oracle", "--output", str(out)]) == 0
     (row,) = read_rows(out)
     first = info["suspects"][0]
     assert "Suspicious lines" in row["messages"][1]["content"]

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 
 def _rollout(tasks: Path, out: Path, *backend: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
-               "--samples-per-task", "2", "--workers", "2", "--reward", "precise", "--out", str(out), *backend]
+    command = [sys.executable, "-m", "pinpoint.cli", "rl", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
+               "--samples-per-task", "2", "--workers", "2", "--reward", "precise", "--output", str(out), *backend]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
     env["RAY_AUTH_MODE"] = "disabled"
     return subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True, timeout=600)

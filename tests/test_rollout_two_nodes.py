@@ -26,9 +26,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 def _command(tasks: Path, out: Path, address: str | None) -> list[str]:
     ray = ["--backend", "ray", "--address", address] if address else []
-    return [sys.executable, "-m", "pinpoint.cli", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
+    return [sys.executable, "-m", "pinpoint.cli", "rl", "rollout", "--tasks", str(tasks), "--policy", "scripted-gold",
             "--samples-per-task", "2", "--workers", "2", "--containers-per-worker", "2", "--reward", "precise",
-            "--out", str(out), *ray]
+            "--output", str(out), *ray]
 
 
 def _env(run_id: str) -> dict[str, str]:

@@ -38,7 +38,7 @@ SLEEPING_IMPORT = "\n".join([
 def _eval(tmp_path, capsys, *flags: str) -> tuple[dict, str]:
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["eval", *flags, "--instances", INSTANCE, "--runs-dir", str(tmp_path), "--run-id", "t"])
+    args = parser.parse_args(["eval", *flags, "--instance", INSTANCE, "--output", str(tmp_path), "--run-id", "t"])
     assert args.func(args) == 0
     model = "gold" if "--gold" in flags else "empty"  # results: <runs-dir>/<run-id>/<model>/eval/<instance>/
     report = json.loads((tmp_path / "t" / model / "eval" / INSTANCE / "report.json").read_text())[INSTANCE]

@@ -33,8 +33,8 @@ def test_each_nodes_boxes_run_on_its_own_engine(tmp_path: Path, instance_engine)
     env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS", "DOCKER_HOST")},
            **RAY_ENV, "PINPOINT_RUN_ID": run_id}
     with cluster_on(engine, cpus=4, docker=1) as cluster, creates_on((None, engine.host), run_id, tmp_path) as watch:
-        done = subprocess.run([sys.executable, "-m", "pinpoint.cli", "eval", "--gold", "--instances", *INSTANCES,
-                               "--runs-dir", str(tmp_path / "runs"), "--backend", "ray", "--address",
+        done = subprocess.run([sys.executable, "-m", "pinpoint.cli", "eval", "--gold", "--instance", *INSTANCES,
+                               "--output", str(tmp_path / "runs"), "--backend", "ray", "--address",
                                cluster.address], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         main, second = (w.stop() for w in watch)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
