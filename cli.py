@@ -21,6 +21,7 @@ from pinpoint.agent import config_commands
 from pinpoint.environments import cli as environments_cli
 from pinpoint.environments.cli import command_name, run_guarded
 from pinpoint.environments.labels import checked_run_id
+from pinpoint.environments.reaper import release_own_boxes
 from pinpoint.inspector import cli as inspector_cli
 from pinpoint.rl import cli as rl_cli
 from pinpoint.swebench_eval import cli as swebench_cli
@@ -62,14 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if command_name(args).split(" ")[0] in BOX_COMMANDS or command_name(args) in BOX_COMMANDS:
         args.func = _with_run_id(args.func)
-    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    if previous is not None:  # `kill` ends a run as Ctrl-C does: trajectory "interrupted", temp folders removed
-        signal.signal(signal.SIGTERM, _terminated)
+    stops = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    previous = {stop: signal.getsignal(stop) for stop in stops}
+    for stop in stops:  # `kill` ends a run as Ctrl-C does: trajectory "interrupted", temp folders removed
+        signal.signal(stop, _terminated)
     try:
         return run_guarded(args)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
 
 def _with_run_id(func):
@@ -82,7 +84,9 @@ def _with_run_id(func):
 
 
 def _terminated(signum: int, frame: object) -> None:
-    """SIGTERM as KeyboardInterrupt, so every `with` and `finally` on the way out runs."""
+    """Ctrl-C and SIGTERM: this process's boxes go at once (its worker threads would hold them until their
+    commands end), then KeyboardInterrupt, so every `with` and `finally` on the way out runs."""
+    release_own_boxes()
     raise KeyboardInterrupt(f"signal {signum}")
 
 

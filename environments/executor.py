@@ -222,7 +222,7 @@ def unreaped_lines(unreaped: list[tuple[tuple[str, str], str, int]]) -> list[str
         pids = ", ".join(str(pid) for _, pid in boxes)
         for run_id in sorted({run_id for run_id, _ in boxes}):
             lines.append(f"pinpoint: node {ip} did not come back: its boxes of run {run_id} (started by pid {pids}) "
-                         f"are left on its engine; on {ip} run `{prefix}pinpoint env prune --run-id {run_id}` "
+                         f"are left on its engine; on {ip} run `{prefix}pinpoint env prune --label {run_id}` "
                          "(or they are removed when that node next joins a run)")
     return lines
 
@@ -292,7 +292,7 @@ class RayExecutor:
         from pinpoint.environments.labels import RUN_ID, RUN_ID_ENV
 
         env = {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_PREFIXES) or k in env_names}
-        env[RUN_ID_ENV] = RUN_ID  # every worker's boxes carry the driver's run id: one `env prune --run-id` for all
+        env[RUN_ID_ENV] = RUN_ID  # every worker's boxes carry the driver's run id: one `env prune --label` for all
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                    "logging_level": logging.ERROR, "runtime_env": {"env_vars": env}}
         if self.address is None:  # never join a cluster by accident: `ray start` ones need --address / RAY_ADDRESS
@@ -435,7 +435,7 @@ class RayExecutor:
     def _finish_reaps(self, limit_s: float = 60.0, return_grace_s: float = 30.0) -> None:
         """Before `run` returns: the reaps under way, and those whose engine has a live node now, done (up to
         `limit_s`); a lost node gets `return_grace_s` to come back (a restarted machine rejoins in seconds) before
-        its boxes are left in `unreaped` (`pinpoint env prune --run-id` removes them)."""
+        its boxes are left in `unreaped` (`pinpoint env prune --label RUN` removes them)."""
         started = time.monotonic()
         while time.monotonic() - started < limit_s:
             self._reap_where_back()

@@ -56,6 +56,23 @@ def watch_boxes(run_id: str) -> None:
     start_reaper(run_id, only_pid=True)
 
 
+def release_own_boxes() -> int:
+    """Remove, now, the boxes this process started (of every run it labelled boxes for): on Ctrl-C or SIGTERM a
+    process must not wait for its threads' commands to end before its boxes go; how many were removed."""
+    from pinpoint.environments.engine import client
+    from pinpoint.environments.labels import prune_containers
+
+    with _watched_lock:
+        runs = {run_id for run_id, pid, _ in _watched if pid == os.getpid()}
+    removed = 0
+    for run_id in runs:
+        try:
+            removed += prune_containers(client(), run_id, os.getpid())
+        except Exception:  # noqa: BLE001 - an engine away: the reaper removes them once this process is gone
+            continue
+    return removed
+
+
 def start_reaper(run_id: str, pid: int | None = None, only_pid: bool = False) -> None:
     """Start the detached watchdog for `pid` (default: this process) and the containers of `run_id` (all of them,
     or with `only_pid` only those `pid` started); returns once it runs on its own."""
