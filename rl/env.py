@@ -41,7 +41,7 @@ from pinpoint.rl.tasks import RlTask, task_from
 from pinpoint.swebench_eval.metrics import edit_metrics, edited_lines
 from pinpoint.swebench_eval.sources import RepoSources
 from pinpoint.tools.base import DEFAULT_MAX_OUTPUT_CHARS, Tool
-from pinpoint.tools.protocol import describe_tools_for_text_mode, parse_arguments, parse_text_actions
+from pinpoint.tools.protocol import Action, ActionError, describe_tools_for_text_mode, parse_action
 from pinpoint.tools.registry import call_tool, default_tools, openai_schemas
 from pinpoint.tools.run_tests import DEFAULT_TIMEOUT_S
 
@@ -186,14 +186,14 @@ class RepairEnv(gymnasium.Env):
         started = time.monotonic()
         episode.steps += 1
         call = parse_action(action)
-        info: dict[str, Any] = {"steps": episode.steps, "tool": call[0] if isinstance(call, tuple) else None}
-        if isinstance(call, str):
-            observation, info["error"] = call, True
-        elif call[0] == "submit":
+        info: dict[str, Any] = {"steps": episode.steps, "tool": call.name if isinstance(call, Action) else None}
+        if isinstance(call, ActionError):
+            observation, info["error"] = call.message, True
+        elif call.name == "submit":
             return self._finish(episode, "Submitted.", terminated=True, info=info, started=started)
         else:
             try:
-                observation, info["error"] = self._act(episode, *call)
+                observation, info["error"] = self._act(episode, call.name, call.arguments)
             except BrokenFromInside as exc:  # the model's command killed its own box: a failure, not a dropped sample
                 return self._broke_its_box(episode, str(exc), info, started)
             except RuntimeFailure as exc:
@@ -339,20 +339,3 @@ def _primed(box: DockerRuntime, task: RlTask) -> DockerRuntime:
         raise
     return box
 
-
-def parse_action(action: str | dict) -> tuple[str, dict[str, Any]] | str:
-    """(tool name, arguments read once), or the observation that tells the model what is wrong with its action;
-    call_tool then checks the arguments against the tool's schema."""
-    if isinstance(action, dict):
-        call = action.get("function", action)
-        name = call.get("name", call.get("tool")) if isinstance(call, dict) else None
-        if not isinstance(name, str) or not name:
-            return 'A tool call needs a "name" (or "function": {"name", "arguments"}).'
-        arguments, error = parse_arguments(call.get("arguments", {}))
-        return f"Invalid arguments for {name}: {error}" if error else (name, arguments)
-    calls = parse_text_actions(action or "")
-    if not calls:
-        return prompts.NO_TOOL_CALL + ' Write it as {"tool": "<name>", "arguments": {...}} in a ```json block.'
-    if calls[0].parse_error:
-        return f"Your action could not be read: {calls[0].parse_error}"
-    return calls[0].name, calls[0].arguments

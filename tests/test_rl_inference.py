@@ -14,10 +14,10 @@ from fake_sglang_server import FakeSglangServer, write_fake_tokenizer
 from fake_vllm_server import EOS, FakeVllmServer, render, tokenize
 from pinpoint.agent.llm import LLMClient, LLMConfig, LLMError
 from pinpoint.environments.errors import UsageError
-from pinpoint.rl.env import EnvSettings, RepairEnv, parse_action
+from pinpoint.rl.env import EnvSettings, RepairEnv
 from pinpoint.rl.gateway import RecordingGateway
 from pinpoint.rl.tasks import RlTask
-from pinpoint.tools.protocol import parse_text_actions
+from pinpoint.tools.protocol import Action, parse_action, parse_text_actions
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_hermes_tool_calls_are_read_once_into_tool_calls() -> None:
     assert (cut[0].name, cut[0].arguments) == ("view", {"path": "a.py"})
     broken = parse_text_actions('<tool_call>{"name": "view", "arguments": {</tool_call>')
     assert broken[0].name == "view" and "not valid JSON" in broken[0].parse_error
-    assert parse_action('<tool_call>{"name": "submit", "arguments": {}}</tool_call>') == ("submit", {})
+    assert parse_action('<tool_call>{"name": "submit", "arguments": {}}</tool_call>') == Action("submit", {})
 
 
 def test_repair_env_steps_on_hermes_tool_calls(demo_task: RlTask) -> None:

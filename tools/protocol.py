@@ -122,6 +122,45 @@ def _text_action(body: str, explicit: bool) -> ToolCall | None:
     return ToolCall(call_id, name, arguments, raw_text, error)
 
 
+@dataclass(frozen=True)
+class Action:
+    """A readable action: which tool, with its arguments read once (the tool still checks them against its
+    schema)."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ActionError:
+    """An action that cannot be read, and the observation that tells the model what is wrong with it."""
+
+    message: str
+
+
+#: the observation for a reply without any action
+NO_ACTION = ("Your reply contained no tool call. Call one of the tools, or submit when the fix is done; write the "
+             'call as {"tool": "<name>", "arguments": {...}} in a ```json block.')
+
+
+def parse_action(action: str | dict) -> Action | ActionError:
+    """One action from a reply's text (the text format or a hermes-style call) or from a tool-call dict
+    (`{"name", "arguments"}` or OpenAI's `{"function": {...}}`)."""
+    if isinstance(action, dict):
+        call = action.get("function", action)
+        name = call.get("name", call.get("tool")) if isinstance(call, dict) else None
+        if not isinstance(name, str) or not name:
+            return ActionError('A tool call needs a "name" (or "function": {"name", "arguments"}).')
+        arguments, error = parse_arguments(call.get("arguments", {}))
+        return ActionError(f"Invalid arguments for {name}: {error}") if error else Action(name, arguments)
+    calls = parse_text_actions(action or "")
+    if not calls:
+        return ActionError(NO_ACTION)
+    if calls[0].parse_error:
+        return ActionError(f"Your action could not be read: {calls[0].parse_error}")
+    return Action(calls[0].name, calls[0].arguments)
+
+
 def _guess_name(body: str) -> str:
     match = re.search(r'"(?:tool|name)"\s*:\s*"([^"]+)"', body)
     return match.group(1) if match else ""
