@@ -150,6 +150,11 @@ class LLMClient:
         """The tool mode in effect (falls back to 'text' when the server turns native tools down)."""
         return self._tool_mode
 
+    @property
+    def constrained_actions(self) -> bool:
+        """Whether text-mode replies are asked for under the action's JSON schema (off once a server turns it down)."""
+        return self._constrain_actions
+
     def _openai(self) -> openai.OpenAI:
         """The key is looked up on every call (so a rotated key is picked up) and kept only inside the client."""
         key = os.environ.get(self.config.api_key_env) or PLACEHOLDER_KEY

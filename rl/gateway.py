@@ -41,6 +41,7 @@ the same plan as above on the tokenizer's rendering and ids, the reply's text to
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import threading
@@ -91,6 +92,23 @@ class _Plan:
     retract: int = 0
 
 
+@dataclass(frozen=True)
+class SeedKey:
+    """Where an episode's sampling seeds come from: the run's seed, the task and the sample."""
+
+    seed: int
+    task_id: str
+    sample: int
+
+
+def turn_seed(key: SeedKey, turn: int) -> int:
+    """The sampling seed of one turn: a hash of (seed, task, sample, turn), so a rerun samples the same replies while
+    turns, samples and tasks draw independent streams (one seed for every turn repeats replies verbatim at
+    temperature 1.0). 31 bits: every server's seed type holds it."""
+    text = f"{key.seed}\x1f{key.task_id}\x1f{key.sample}\x1f{turn}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:4], "big") & 0x7FFFFFFF
+
+
 class RecordingGateway:
     """Serves `episode_url(id)` (an OpenAI base URL) on 127.0.0.1; `start()`/`stop()` or `with`. Thread-safe:
     episodes run concurrently, the calls of one episode one at a time."""
@@ -110,7 +128,7 @@ class RecordingGateway:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._episodes: dict[str, _Episode] = {}
-        self._seeds: dict[str, int] = {}
+        self._seeds: dict[str, SeedKey] = {}
         self._lock = threading.Lock()
 
     def _make_backends(self) -> list[Backend]:
@@ -169,9 +187,9 @@ class RecordingGateway:
 
     # -- records ----------------------------------------------------------------------------------------------
 
-    def episode_url(self, episode_id: str, seed: int | None = None) -> str:
-        """The OpenAI base URL whose calls are recorded under `episode_id`; `seed`: the sampling seed of its calls
-        that send none (a per-sample seed without changing the client)."""
+    def episode_url(self, episode_id: str, seed: SeedKey | None = None) -> str:
+        """The OpenAI base URL whose calls are recorded under `episode_id`; `seed`: where the sampling seeds of its
+        calls that send none come from (`turn_seed`, one per turn, without changing the client)."""
         if seed is not None:
             with self._lock:
                 self._seeds[episode_id] = seed
@@ -206,8 +224,6 @@ class RecordingGateway:
         params = SamplingParams.from_openai(body)
         with self._lock:
             seed = self._seeds.get(episode_id)
-        if params.seed is None and seed is not None:
-            params = dataclasses.replace(params, seed=seed)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise GatewayError(400, "messages: expected a non-empty list of message objects")
@@ -215,6 +231,8 @@ class RecordingGateway:
         episode = self._episode(episode_id)
         timer = Timer()
         with episode.lock:
+            if params.seed is None and seed is not None:  # the turn: the calls recorded so far (a failed call none)
+                params = dataclasses.replace(params, seed=turn_seed(seed, episode.recorder.calls))
             index = self._place(episode)
             backend = self.backends[index]
             try:

@@ -78,6 +78,12 @@ class LLMPolicy:
         reply = self.client.complete(messages, tools)
         return reply.content, {"role": "assistant", "content": reply.content}
 
+    @property
+    def decoding(self) -> str:
+        """`json` (replies constrained to an action's JSON schema) or `free`: the same model decodes differently
+        under each, so a row says which."""
+        return "json" if self.client.tool_mode == "text" and self.client.constrained_actions else "free"
+
 
 def action_text(action: str | dict) -> str:
     """An action as the text a model would have written (for the chat history of scripted policies)."""

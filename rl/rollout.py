@@ -23,13 +23,31 @@ from pathlib import Path
 from typing import Any
 
 from pinpoint.agent.llm_config import LLMConfig
+from pinpoint.environments.errors import UsageError
 from pinpoint.environments.executor import Item, Needs, executor_for
 from pinpoint.environments.files import json_objects, last_per_key
 from pinpoint.environments.labels import RUN_ID, RUN_ID_ENV
 from pinpoint.environments.reaper import start_reaper
 from pinpoint.environments.runtime import RuntimeSettings
-from pinpoint.rl.env import EnvSettings, RepairEnv
+from pinpoint.rl.env import EnvSettings, InfraFailure, RepairEnv
+from pinpoint.rl.health import SERVER_WAIT_S, wait_for_server
 from pinpoint.rl.tasks import RlTask, task_from
+
+FAILURE_POLICIES = ("retry", "mask", "raise")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a worker treats an episode that ended in an infrastructure failure (RolloutSpec's fields)."""
+
+    on_failure: str = "retry"
+    retries: int = 3
+    retry_wait_s: float = 5.0
+    server_wait_s: float = SERVER_WAIT_S
+
+    @property
+    def tries(self) -> int:
+        return self.retries if self.on_failure == "retry" else 1
 
 
 @dataclass
@@ -52,21 +70,25 @@ class RolloutSpec:
     #: how the recording gateway speaks to the model server (`llamacpp`, `vllm`), or `openai`: no gateway, the
     #: policy calls the server directly and the rows have no token ids
     backend: str = "llamacpp"
-    #: the model's sampling seed: sample s of every task gets seed + s (None: the server's own)
+    #: the run's sampling seed: each turn's seed is a hash of (seed, task, sample, turn) (None: the server's own)
     seed: int | None = None
     #: a local Hugging Face tokenizer of the served model: SGLang's chat template (it has no template endpoint),
     #: or `openai` calls recorded retokenized (the tokenizer's ids, not the server's)
     tokenizer: str | None = None
-    #: an episode that ends in an infrastructure failure: `mask` (its row says so: `masked`, reward None, loss
-    #: mask 0; a rerun retries it) or `retry` (up to `retries` tries in all, each on a fresh box, `retry_wait_s`
-    #: apart and doubling, then masked)
-    on_failure: str = "mask"
+    #: an episode that ends in an infrastructure failure: `retry` (the default: up to `retries` tries in all, each
+    #: on a fresh box, `retry_wait_s` apart and doubling, then masked), `mask` (its row says so: `masked`, reward
+    #: None, loss mask 0; a rerun retries it) or `raise` (the run stops at the first one)
+    on_failure: str = "retry"
     retries: int = 3
     retry_wait_s: float = 5.0
+    #: before trying again an episode the model server ended, wait up to this long for the server's health
+    server_wait_s: float = SERVER_WAIT_S
 
     def __post_init__(self) -> None:
-        if self.on_failure not in ("mask", "retry") or self.retries < 1 or self.retry_wait_s < 0:
-            raise ValueError("rollout: on_failure is mask or retry, retries >= 1, retry_wait_s >= 0")
+        if self.on_failure not in FAILURE_POLICIES or self.retries < 1 or min(self.retry_wait_s,
+                                                                             self.server_wait_s) < 0:
+            raise ValueError("rollout: on_failure is retry, mask or raise, retries >= 1, retry_wait_s and "
+                             "server_wait_s >= 0")
 
 
 def stream_path(out: Path) -> Path:
@@ -110,7 +132,7 @@ class EpisodeWorker:
 
     def __init__(self, settings: dict, policy: str, llm: dict | None, containers: int, backend: str = "llamacpp",
                  seed: int | None = None, driver_pid: int | None = None, tokenizer: str | None = None,
-                 retry: tuple[str, int, float] = ("mask", 1, 0.0)) -> None:
+                 retry: dict | None = None) -> None:
         from pinpoint.rl.gateway import RecordingGateway
         from pinpoint.rl.pool import WarmPool
 
@@ -118,8 +140,7 @@ class EpisodeWorker:
         runtime = RuntimeSettings(**settings.pop("runtime"))
         self.settings = EnvSettings(**settings, runtime=runtime)
         self.policy, self.seed = policy, seed
-        on_failure, retries, self.retry_wait_s = retry
-        self.tries = retries if on_failure == "retry" else 1
+        self.retry = RetryPolicy(**(retry or {}))
         self.llm = LLMConfig(**llm) if llm else None
         self.backend = backend if self.llm else "scripted"
         self.pool = WarmPool(idle_per_key=1, max_containers=containers)
@@ -133,25 +154,34 @@ class EpisodeWorker:
         self._local = threading.local()
 
     def run(self, task_row: dict, sample: int) -> dict[str, Any]:
-        from pinpoint.rl.episodes import run_episode
+        """One episode under the failure policy; the row's `wall_s` spans every try and wait, `tries_s` holds each
+        try's own time and `server_wait_s` the time spent waiting for the model server to come back."""
+        from pinpoint.rl.episodes import POLICY_FAILURE, run_episode
+        from pinpoint.rl.gateway import SeedKey
 
         if not hasattr(self._local, "env"):
             self._local.env = RepairEnv(self.settings, pool=self.pool)
-        seed = None if self.seed is None else self.seed + sample
-        task, failures = task_from(task_row), []
-        for tried in range(1, self.tries + 1):
-            if tried > 1:  # the next reset() after an infrastructure failure starts a fresh box
-                time.sleep(self.retry_wait_s * 2 ** (tried - 2))
+        task, failures, tries_s, waited = task_from(task_row), [], [], 0.0
+        seed = None if self.seed is None else SeedKey(self.seed, task.task_id, sample)
+        started = time.monotonic()
+        for tried in range(1, self.retry.tries + 1):
             row = run_episode(self._local.env, task, self.policy, sample, llm=self.llm, gateway=self.gateway,
                               seed=seed)
+            tries_s.append(round(row["wall_s"], 3))
             if row["status"] != "infra_failure":
                 break
-            failures.append(str((row.get("reward_info") or {}).get("reason", ""))[:300])
+            reason = str((row.get("reward_info") or {}).get("reason", ""))
+            failures.append(reason[:300])
+            if tried < self.retry.tries:  # the next reset() after an infrastructure failure starts a fresh box
+                time.sleep(self.retry.retry_wait_s * 2 ** (tried - 1))
+                if reason.startswith(POLICY_FAILURE) and self.llm is not None:  # e.g. a model server restarting
+                    waited += wait_for_server(self.llm.base_url, self.retry.server_wait_s)
         masked = row["status"] == "infra_failure"
         if masked:
             row["response_mask"] = [0] * len(row.get("response_mask") or [])
         return {**row, "backend": self.backend, "token_source": self.token_source, "tries": tried,
-                "masked": masked, "failures": failures}
+                "masked": masked, "failures": failures, "tries_s": tries_s, "server_wait_s": round(waited, 3),
+                "wall_s": time.monotonic() - started}
 
     def stats(self) -> dict[str, Any]:
         return asdict(self.pool.stats)
@@ -182,6 +212,7 @@ def run_rollout(spec: RolloutSpec, on_row: Callable[[dict], None] | None = None)
                                          concurrency=spec.concurrency, needs=Needs(0, spec.containers_per_worker))
             for outcome in outcomes:
                 row = outcome.value if outcome.error is None else _failure_row(*keys[outcome.key], outcome.error)
+                _stop_if_told(row, spec.on_failure)
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()
                 os.fsync(sink.fileno())
@@ -196,8 +227,19 @@ def run_rollout(spec: RolloutSpec, on_row: Callable[[dict], None] | None = None)
 def _worker_init(spec: RolloutSpec) -> tuple[Any, ...]:
     """EpisodeWorker's arguments: plain data, so a Ray actor on any node gets the same."""
     llm = asdict(spec.llm) if spec.llm else None
+    retry = RetryPolicy(spec.on_failure, spec.retries, spec.retry_wait_s, spec.server_wait_s)
     return (asdict(spec.settings), spec.policy, llm, spec.containers_per_worker, spec.backend, spec.seed,
-            os.getpid(), spec.tokenizer, (spec.on_failure, spec.retries, spec.retry_wait_s))
+            os.getpid(), spec.tokenizer, asdict(retry))
+
+
+def _stop_if_told(row: dict[str, Any], on_failure: str) -> None:
+    """A usage error stops the run at once (every other episode would meet it too), and so does an
+    infrastructure failure under `raise`; neither row is written, so a rerun runs the episode again."""
+    reason = str((row.get("reward_info") or {}).get("reason", "no reason given")).splitlines()[0][:300]
+    if row.get("status") == "usage_error":
+        raise UsageError(f"the model server refused the request ({reason}); check --policy, --model and the key")
+    if row.get("status") == "infra_failure" and on_failure == "raise":
+        raise InfraFailure(f"{row.get('task_id')} sample {row.get('sample')}: {reason} (--on-failure raise)")
 
 
 def token_source(backend: str, tokenizer: str | None) -> str:
@@ -222,17 +264,31 @@ def _token_types() -> dict[str, Any]:
             "rollout_logprobs": pa.float64, "step_rewards": pa.float64, "failures": pa.string}
 
 
-def _write_parquet(rows: list[dict[str, Any]], out: Path) -> None:
+#: a row with every field an episode writes, typed: the schema of a file with no rows from which to take one
+_SCHEMA_ROW: dict[str, Any] = {
+    "task_id": "", "sample": 0, "policy": "", "reward_kind": "", "steps": 0, "step_rewards": [0.0], "patch": "",
+    "messages": [], "llm_s": 0.0, "env_s": 0.0, "decoding": "", "reward": 0.0, "reward_info": {}, "status": "",
+    "prompt_ids": [0], "response_ids": [0], "response_mask": [0], "rollout_logprobs": [0.0], "segments": 0,
+    "wall_s": 0.0, "backend": "", "token_source": "", "tries": 0, "masked": False, "failures": [""],
+    "tries_s": [0.0], "server_wait_s": 0.0}
+
+
+def _write_parquet(rows: list[dict[str, Any]], out: Path, like: list[dict[str, Any]] | None = None) -> None:
+    """Write `rows` as Parquet, atomically. With no rows, the file still holds the full schema: that of `like`
+    (the rows they were chosen from), else every field an episode writes; a file of 0 columns does not load."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    source = rows or like or [_SCHEMA_ROW]
     columns = [{**row, **{name: json.dumps(row.get(name)) for name in JSON_COLUMNS},
                 "step_rewards": [r if r is not None else float("nan") for r in row.get("step_rewards", [])]}
-               for row in rows]
-    table = pa.Table.from_pylist(columns)
+               for row in source]
+    table = pa.Table.from_pylist(columns).slice(0, len(rows))
     for name, kind in _token_types().items():  # one schema whatever the policy (a scripted one has empty lists)
         if name in table.column_names:
             table = table.set_column(table.column_names.index(name), name, table[name].cast(pa.list_(kind())))
     tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp)
+    with pq.ParquetWriter(tmp, table.schema) as writer:
+        if table.num_rows:  # no row group at all when empty: readers take a 0-row group's size as a batch size
+            writer.write_table(table)
     tmp.replace(out)

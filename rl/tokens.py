@@ -85,6 +85,12 @@ class EpisodeRecorder:
         self._lock = threading.Lock()
 
     @property
+    def calls(self) -> int:
+        """Model calls recorded so far (the episode's turns)."""
+        with self._lock:
+            return sum(s.calls for s in self._segments)
+
+    @property
     def current(self) -> TokenSegment | None:
         with self._lock:
             return self._segments[-1] if self._segments else None

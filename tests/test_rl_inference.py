@@ -15,7 +15,7 @@ from fake_vllm_server import EOS, FakeVllmServer, render, tokenize
 from pinpoint.agent.llm import LLMClient, LLMConfig, LLMError
 from pinpoint.environments.errors import UsageError
 from pinpoint.rl.env import EnvSettings, RepairEnv
-from pinpoint.rl.gateway import RecordingGateway
+from pinpoint.rl.gateway import RecordingGateway, SeedKey, turn_seed
 from pinpoint.rl.tasks import RlTask
 from pinpoint.tools.protocol import Action, parse_action, parse_text_actions
 
@@ -70,7 +70,7 @@ def test_sglang_backend_is_token_exact_against_a_fake_sglang(tokenizer_dir: Path
     fake = FakeSglangServer("ok")
     try:
         with RecordingGateway(fake.url, backend="sglang", tokenizer=str(tokenizer_dir)) as gw:
-            client = _client(gw.episode_url("s", seed=7), temperature=0.5, max_tokens=64)
+            client = _client(gw.episode_url("s", seed=SeedKey(7, "t", 0)), temperature=0.5, max_tokens=64)
             first = client.complete(_turns(1))
             client.complete(_turns(2))
             tokens = gw.pop("s")
@@ -83,7 +83,9 @@ def test_sglang_backend_is_token_exact_against_a_fake_sglang(tokenizer_dir: Path
     first_body, second_body = fake.generates
     assert second_body["input_ids"] == tokens.prompt_ids + tokens.response_ids[: -len(ok_eos)]
     assert first_body["return_logprob"] is True and "text" not in first_body
-    assert first_body["sampling_params"] == {"max_new_tokens": 64, "temperature": 0.5, "sampling_seed": 7}
+    seed = turn_seed(SeedKey(7, "t", 0), 0)
+    assert first_body["sampling_params"] == {"max_new_tokens": 64, "temperature": 0.5, "sampling_seed": seed}
+    assert second_body["sampling_params"]["sampling_seed"] == turn_seed(SeedKey(7, "t", 0), 1) != seed
 
 
 def test_sglang_needs_the_models_tokenizer() -> None:
@@ -145,7 +147,7 @@ def test_openai_backend_records_retokenized_ids(tokenizer_dir: Path) -> None:
     server, url, bodies = _fake_openai_server("ok")
     try:
         with RecordingGateway(url, backend="openai", tokenizer=str(tokenizer_dir)) as gw:
-            client = _client(gw.episode_url("o", seed=3))
+            client = _client(gw.episode_url("o", seed=SeedKey(3, "t", 0)))
             assert client.complete(_turns(1)).content == "ok"
             client.complete(_turns(2))
             tokens = gw.pop("o")
@@ -162,4 +164,4 @@ def test_openai_backend_records_retokenized_ids(tokenizer_dir: Path) -> None:
     assert tokens.response_ids == ok + observation + ok
     assert tokens.response_mask == [1] * len(ok) + [0] * len(observation) + [1] * len(ok)
     assert tokens.rollout_logprobs == [0.0] * len(tokens.response_ids)  # the server gave none
-    assert bodies[0]["messages"] and bodies[0]["seed"] == 3  # passed through, with the episode's seed
+    assert bodies[0]["messages"] and bodies[0]["seed"] == turn_seed(SeedKey(3, "t", 0), 0)  # with the turn's seed
