@@ -115,8 +115,18 @@ class RowAgreement:
         """The verdict and every test status agree, network-bound tests aside."""
         return self.verdict_agrees and not self.differ
 
+    @property
+    def network_bound(self) -> bool:
+        """The verdicts differ, and only network-bound tests do: the row needs the internet, not a fix."""
+        return not self.verdict_agrees and not self.differ and bool(self.network)
+
+    @property
+    def label(self) -> str:
+        return "agree" if self.agrees else "network-bound" if self.network_bound else "DISAGREE"
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "verdict_agrees": self.verdict_agrees, "agrees": self.agrees}
+        return {**asdict(self), "verdict_agrees": self.verdict_agrees, "agrees": self.agrees,
+                "network_bound": self.network_bound}
 
 
 def compare(instance: Instance, official: dict[str, Any], pinpoint: dict[str, Any], log_text: str,
@@ -159,6 +169,7 @@ def bench_published(run: PublishedRun, instances: list[Instance], layout_root: P
         "run": run.name,
         "rows_total": len(rows),
         "rows_agree": sum(r.agrees for r in rows),
+        "rows_network_bound": [r.instance_id for r in rows if r.network_bound],
         "verdicts_agree": sum(r.verdict_agrees for r in rows),
         "tests_total": sum(r.tests for r in rows),
         "tests_differ": sum(len(r.differ) for r in rows),
@@ -172,8 +183,7 @@ def bench_published(run: PublishedRun, instances: list[Instance], layout_root: P
 def format_row(row: RowAgreement) -> str:
     """One line: the verdicts, whether they and the tests agree, and the first differing tests by name."""
     official = "resolved" if row.official_resolved else "unresolved"
-    verdict = "agree" if row.agrees else "DISAGREE"
-    parts = [f"{row.instance_id:<28}", f"{verdict:<8}", f"official {official:<10}", f"pinpoint {row.pinpoint_outcome:<14}",
+    parts = [f"{row.instance_id:<28}", f"{row.label:<13}", f"official {official:<10}", f"pinpoint {row.pinpoint_outcome:<14}",
              f"tests {row.tests - len(row.differ) - len(row.network)}/{row.tests} equal"]
     if row.network:
         parts.append(f"network-bound {len(row.network)}: " + "; ".join(f"{t} ({s})" for t, s in
@@ -186,8 +196,9 @@ def format_row(row: RowAgreement) -> str:
 
 
 def format_totals(figures: dict[str, Any]) -> str:
-    return (f"{figures['run']}: rows agree {figures['rows_agree']}/{figures['rows_total']} (verdicts "
-            f"{figures['verdicts_agree']}/{figures['rows_total']}); tests equal "
+    return (f"{figures['run']}: rows agree {figures['rows_agree']}/{figures['rows_total']}, network-bound "
+            f"{len(figures['rows_network_bound'])} (verdicts agree {figures['verdicts_agree']}/{figures['rows_total']});"
+            " tests equal "
             f"{figures['tests_total'] - figures['tests_differ'] - figures['tests_network_bound']}/"
             f"{figures['tests_total']}, {figures['tests_network_bound']} network-bound, "
             f"{figures['tests_differ']} differ; infrastructure failures {len(figures['infra_failures'])}")
