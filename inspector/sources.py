@@ -87,7 +87,7 @@ def swebench_instance(instance_id: str, dataset: str | None = None) -> Any:
 
 def gold_lines_of(patch: str) -> dict[str, list[int]]:
     """Lines of the original files the reference patch changes (insertions: the line they go before)."""
-    from pinpoint.localization.lab.corpora import patch_gold_lines
+    from pinpoint.swebench_eval.metrics import patch_gold_lines
 
     try:
         return {path: sorted(lines) for path, lines in patch_gold_lines(patch or "").items()}

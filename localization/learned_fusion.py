@@ -212,7 +212,7 @@ class FusionModel:
         raw = json.loads(Path(path).read_text())
         model = cls(**{**raw, **{k: tuple(raw[k]) for k in ("features", "mean", "scale", "weights")}})
         if model.features != FEATURES:
-            raise ValueError(f"{path} was trained on other features; train it again (pinpoint bench fusion --save)")
+            raise ValueError(f"{path} was trained on other features; train it again (pinpoint-lab bench fusion --save)")
         return model
 
 

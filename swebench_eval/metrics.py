@@ -115,6 +115,30 @@ def gold_locations(patch: str) -> dict[str, list[tuple[float, float]]]:
     return spans
 
 
+def patch_gold_lines(patch: str) -> dict[str, set[int]]:
+    """Lines of the original files a unified diff changes (for a pure insertion, the line it goes before)."""
+    from unidiff import PatchSet
+
+    gold: dict[str, set[int]] = {}
+    for patched in PatchSet(patch):
+        lines = gold.setdefault(patched.path, set())
+        for hunk in patched:
+            pending_insert = removed_in_block = False
+            for line in hunk:
+                if line.is_removed:
+                    lines.add(line.source_line_no)
+                    removed_in_block = True
+                elif line.is_added:
+                    pending_insert = pending_insert or not removed_in_block
+                else:  # context ends a change block
+                    if pending_insert:
+                        lines.add(line.source_line_no)
+                    pending_insert = removed_in_block = False
+            if pending_insert:
+                lines.add(hunk.source_start + hunk.source_length)
+    return gold
+
+
 def edit_metrics(pred_patch: str, gold_patch: str) -> EditMetrics:
     """PreciseCoder precision / recall / F1 of `pred_patch` against `gold_patch` (see the module docstring)."""
     pred, gold = _runs(pred_patch), _runs(gold_patch)

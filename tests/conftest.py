@@ -1,12 +1,18 @@
-"""Shared fixtures: real repositories from ../shared/data and real images built by the (caching) builders."""
+"""Shared fixtures: real repositories from the development data and real images built by the (caching) builders."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from pinpoint.environments.repo_image import extract_shared_repo
 from two_nodes import instance_engine  # noqa: F401 - the session's second engine, for the two-node tests
+
+#: the development data (SWE-bench dev rows, offline repositories, bug sets) beside the checkout; the product's own
+#: default is the user's XDG data folder, so the tests (and the commands they start) name this one
+DEV_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+os.environ.setdefault("PINPOINT_SHARED_DATA", str(DEV_DATA))
 
 
 @pytest.fixture(autouse=True, scope="session")

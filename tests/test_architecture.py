@@ -152,19 +152,19 @@ def test_the_graph_module_only_wires():
     assert functions <= {"build_graph", "initial_state", "_wrap", "_node"}, functions
 
 
-def test_the_agent_never_reaches_the_localization_lab():
-    """`localization.lab` (corpora, training, the bench modules) is for benchmarks, training and the command line:
-    nothing the agent or the RL package imports, directly or through other modules, is in it."""
-    graph = {name: {imported for _, imported in _our_imports(path) if imported in MODULES}
-             for name, path in MODULES.items()}
-    reached, todo = set(), [m for m in MODULES if _layer(m) in ("agent", "rl")]
-    while todo:
-        module = todo.pop()
-        if module not in reached:
-            reached.add(module)
-            todo += graph[module]
-    lab = sorted(m for m in reached if m.startswith("pinpoint.localization.lab"))
-    assert not lab, lab
+def test_the_product_never_imports_the_lab():
+    """The lab (`pinpoint_lab`: training, benches, suites) measures the product and is installed only for
+    development: no module of the product imports it, at module level or inside a function."""
+    found = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in ALL_FILES
+             for line, name in _imports(path) if name.split(".")[0] == "pinpoint_lab"]
+    assert not found, found
+
+
+def test_the_lab_is_its_own_distribution():
+    """`lab/` installs `pinpoint_lab` and the `pinpoint-lab` script, and needs the product (never the reverse)."""
+    project = tomllib.loads((ROOT / "lab" / "pyproject.toml").read_text())["project"]
+    assert project["scripts"] == {"pinpoint-lab": "pinpoint_lab.cli:main"}
+    assert project["dependencies"] == [tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]]
 
 
 def test_the_console_script_builds_its_parser_without_the_heavy_libraries():
@@ -192,6 +192,10 @@ def test_the_wheel_holds_only_pinpoint_and_a_trainers_folders_cannot_shadow_it(t
     tracked = subprocess.run(["git", "ls-files", *LAYERS[:-1]], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()
     assert {f"pinpoint/{path}" for path in tracked} - set(names) == set()
+    assert not [n for n in names if "lab" in n.split("/") or n.startswith("pinpoint_lab") or "/bench/" in n
+                or n.endswith((".json.gz", ".pkl.gz"))], "lab modules or bench data in the wheel"
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "pinpoint-lab" not in zipfile.ZipFile(wheel).read(entry_points).decode()
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
                     str(wheel)], check=True, capture_output=True)
     trainer = tmp_path / "trainer"
@@ -203,3 +207,36 @@ def test_the_wheel_holds_only_pinpoint_and_a_trainers_folders_cannot_shadow_it(t
                            env={**os.environ, "PYTHONPATH": f"{trainer}:{tmp_path / 'site'}"})
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout.strip().startswith(str(tmp_path / "site" / "pinpoint"))
+    _assert_help_names_only_standard_folders(tmp_path)
+
+
+#: where a help text may point: the user's home (XDG folders, ~/runs) and the system's own folders
+STANDARD = ("~/", "$HOME", "$XDG_", "/etc/", "/var/", "/tmp/", "/usr/", "/run/")
+HELP_WALK = """
+import argparse, pinpoint.cli
+def walk(parser):
+    yield parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from walk(sub)
+print("\\f".join(walk(pinpoint.cli.build_parser())))
+"""
+
+
+def _assert_help_names_only_standard_folders(tmp_path: Path) -> None:
+    """Every `--help` of the wheel's `pinpoint`, for a user with no pinpoint variable set, names no folder outside
+    the user's standard ones: not the checkout, not its development data, not the installed package."""
+    import re
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PINPOINT_", "XDG_"))}
+    env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(tmp_path / "site"))
+    helps = subprocess.run([sys.executable, "-c", HELP_WALK], cwd=tmp_path, capture_output=True, text=True,
+                           env=env, check=True).stdout
+    assert helps.count("\f") > 20  # every command's help, not the top one alone
+    text = " ".join(helps.split())
+    absolute = re.findall(r"(?:^|[\s(\[`'\"=])(~?/[\w.$<>{}-][^\s,;)\]`'\"]*)", text)
+    outside = sorted({path for path in absolute if not path.startswith(STANDARD)})
+    assert not outside, outside
+    for word in ("../", "shared/data", "docs/bench", "site-packages", str(ROOT), str(tmp_path)):
+        assert word not in text, word

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from pinpoint.agent import nodes
 from pinpoint.agent.config import load_config
-from pinpoint.localization.lab import localize_bench as bench
 from pinpoint.localization.learned_fusion import (
     FEATURES,
     LearnedFusion,
@@ -19,6 +18,7 @@ from pinpoint.localization.learned_fusion import (
     train,
 )
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
+from pinpoint_lab.localization import localize_bench as bench
 
 
 def record(line: int, *, ef: int = 1, ep: int = 3, rank: int = 0, depth: int | None = None,

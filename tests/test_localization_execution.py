@@ -453,9 +453,9 @@ INSTANCE = "psf__requests-6028"
 @pytest.mark.docker
 def test_spectrum_in_a_real_instance_container_ranks_a_gold_line_in_the_top_10(docker_client):
     from pinpoint.environments.docker_runtime import DockerRuntime
-    from pinpoint.localization.lab.corpora import patch_gold_lines
     from pinpoint.swebench_eval.datasets import load_instances
     from pinpoint.swebench_eval.images import build_instance_image
+    from pinpoint.swebench_eval.metrics import patch_gold_lines
 
     instance = load_instances(ids=[INSTANCE])[0]
     image = build_instance_image(instance).tag
@@ -578,7 +578,7 @@ def test_a_passing_test_stops_tracing_a_function_once_it_has_run_every_line_of_i
 
 
 def test_the_overhead_lab_refuses_unknown_variants_in_one_line(capsys):
-    from pinpoint.localization.lab import tracer_overhead
+    from pinpoint_lab.localization import tracer_overhead
 
     assert tracer_overhead.main(["row", "--variants", "old,fast"]) == 2
     assert tracer_overhead.main(["row", "--variants", "old"]) == 2  # 'old' needs --old

@@ -11,8 +11,8 @@ import pytest
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization.execution import Sources, collect_spectrum, rank_lines
 from pinpoint.localization.insertion import InsertionLocalizer, insertion_points, tie_break
-from pinpoint.localization.lab.localize_bench import insertion_gold
 from pinpoint.localization.suspects import Suspect
+from pinpoint_lab.localization.localize_bench import insertion_gold
 from test_localization_execution import _git
 
 PARSE = """\
@@ -102,7 +102,7 @@ diff --git a/pkg/parse.py b/pkg/parse.py
 
 
 def test_the_bench_reports_how_many_rows_each_ranking_reaches_an_insertions_gold_line():
-    from pinpoint.localization.lab.localize_bench import insertion_reach, signal_cost
+    from pinpoint_lab.localization.localize_bench import insertion_reach, signal_cost
 
     rows = [{"gold_lines": {"a.py": [5, 9]}, "insertion_gold": {"a.py": [5]},
              "signals": {"insertion": {"top_lines": [["a.py", 2], ["a.py", 5]]}, "spectrum": {"top_lines": [["a.py", 9]]}}},

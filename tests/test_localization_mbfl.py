@@ -218,9 +218,9 @@ def test_a_run_whose_failing_tests_no_longer_fail_caches_nothing(calc_repo, tmp_
 @pytest.mark.docker
 def test_mbfl_in_a_real_instance_box_runs_caches_and_implicates_a_gold_line(docker_client, tmp_path):
     from pinpoint.environments.docker_runtime import DockerRuntime
-    from pinpoint.localization.lab.corpora import patch_gold_lines
     from pinpoint.swebench_eval.datasets import load_instances
     from pinpoint.swebench_eval.images import build_instance_image
+    from pinpoint.swebench_eval.metrics import patch_gold_lines
 
     instance = load_instances(ids=["psf__requests-1142"])[0]
     image = build_instance_image(instance).tag

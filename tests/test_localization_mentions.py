@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 from pinpoint.localization.mentions import MentionsLocalizer, issue_names
 from pinpoint.localization.suspects import LocalizationRequest
@@ -43,9 +42,10 @@ def test_no_names_or_no_executed_lines_give_nothing():
 
 
 def test_a_cached_bench_row_gets_mentions_from_its_records_and_the_offline_repository():
-    from pinpoint.localization.lab.localize_bench import dataset_rows, with_mentions
+    from pinpoint_lab.localization.localize_bench import dataset_rows, with_mentions
+    from pinpoint_lab.paths import results_dir
 
-    path = Path(__file__).resolve().parents[1] / "docs/bench/localize-loro25/oracle-mbfl-v3/psf__requests-1142.json.gz"
+    path = results_dir() / "localize-loro25/oracle-mbfl-v3/psf__requests-1142.json.gz"
     row = json.loads(gzip.decompress(path.read_bytes()))
     row["signals"].pop("mentions", None)
     instance = dataset_rows({row["instance_id"]})[row["instance_id"]]

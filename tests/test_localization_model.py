@@ -4,11 +4,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from pinpoint.localization.cli import main as localization_cli
 from pinpoint.localization.confidence import TokenLogprob
 from pinpoint.localization.features import Vocabulary, collate, featurize
-from pinpoint.localization.lab.corpora import bigcodebench_solutions
-from pinpoint.localization.lab.examples import (
+from pinpoint.localization.model import PAPER, Checkpoint, DiagnosticModel, ModelConfig, line_scores
+from pinpoint.localization.units import UNIT_TYPES, lexical_units
+from pinpoint_lab.localization.cli import main as localization_cli
+from pinpoint_lab.localization.corpora import bigcodebench_solutions
+from pinpoint_lab.localization.examples import (
     DataConfig,
     Example,
     example_from,
@@ -16,9 +18,7 @@ from pinpoint.localization.lab.examples import (
     mutant_programs,
     save_examples,
 )
-from pinpoint.localization.lab.training import TrainConfig, _drop_tokens, _line_loss, evaluate_examples, train
-from pinpoint.localization.model import PAPER, Checkpoint, DiagnosticModel, ModelConfig, line_scores
-from pinpoint.localization.units import UNIT_TYPES, lexical_units
+from pinpoint_lab.localization.training import TrainConfig, _drop_tokens, _line_loss, evaluate_examples, train
 
 TINY = ModelConfig(layers=1, heads=2, token_dim=16, type_dim=8, conf_dim=8, ff_dim=32, max_units=64, confidence="all")
 
@@ -153,9 +153,9 @@ def test_saved_examples_train_elsewhere_through_the_cli(tmp_path, capsys):
     assert [(e.code, e.target, e.confidences) for e in back["splits"]["train"]] == [
         (e.code, e.target, e.confidences) for e in examples[:60]]
     out = tmp_path / "m.pt"
-    # the localization commands alone (`python -m pinpoint.localization.cli`): what a GPU machine without the agent's
+    # the localization commands alone (`python -m pinpoint_lab.localization.cli`): what a GPU machine without the agent's
     # dependencies runs
-    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1", "--out",
+    assert localization_cli(["diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1", "--out",
                              str(out)]) == 0
     ckpt = Checkpoint.load(out)
     assert ckpt.training["device"] == "cpu" and ckpt.training["data_config"]["seed"] == 3
@@ -164,9 +164,9 @@ def test_saved_examples_train_elsewhere_through_the_cli(tmp_path, capsys):
 
 def test_a_file_that_is_not_saved_examples_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "x.pkl.gz").write_bytes(b"not gzip")
-    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "x.pkl.gz")]) == 2
+    assert localization_cli(["diagnostic", "--examples", str(tmp_path / "x.pkl.gz")]) == 2
     assert "is not a pinpoint examples file" in capsys.readouterr().err
-    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "none.pkl.gz")]) == 2
+    assert localization_cli(["diagnostic", "--examples", str(tmp_path / "none.pkl.gz")]) == 2
     assert "no examples at" in capsys.readouterr().err
 
 
@@ -191,19 +191,19 @@ def test_cli_fine_tunes_a_saved_checkpoint_and_refuses_to_overwrite_it(tmp_path,
     examples = _standin_examples()
     save_examples(tmp_path / "ex.pkl.gz", {"train": examples[:60], "val": examples[60:]}, DataConfig())
     start = tmp_path / "start.pt"
-    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1",
+    assert localization_cli(["diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1",
                              "--out", str(start)]) == 0
     tuned = tmp_path / "tuned.pt"
-    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1",
+    assert localization_cli(["diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"), "--epochs", "1",
                              "--init-from", str(start), "--out", str(tuned)]) == 0
     before, after = Checkpoint.load(start), Checkpoint.load(tuned)
     assert after.training["init_from"] == str(start) and after.vocab.tokens == before.vocab.tokens
     assert after.training["train_config"]["lr"] == 1e-4  # fine-tuning's default rate
     capsys.readouterr()
-    assert localization_cli(["train-diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"),
+    assert localization_cli(["diagnostic", "--examples", str(tmp_path / "ex.pkl.gz"),
                              "--init-from", str(start)]) == 2
     assert "--init-from needs --out" in capsys.readouterr().err
-    assert localization_cli(["train-diagnostic", "--init-from", str(tmp_path / "none.pt"), "--out", str(tuned)]) == 2
+    assert localization_cli(["diagnostic", "--init-from", str(tmp_path / "none.pt"), "--out", str(tuned)]) == 2
     assert "no diagnostic checkpoint at" in capsys.readouterr().err
 
 
@@ -212,12 +212,12 @@ def test_pool_sizes_reach_the_data_config_and_unknown_pools_are_rejected(tmp_pat
     saved file shows the recipe the flags made."""
     monkeypatch.setenv("PINPOINT_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "ex.pkl.gz"
-    assert localization_cli(["train-diagnostic", "--cached-only", "--save-examples", str(out),
+    assert localization_cli(["diagnostic", "--cached-only", "--save-examples", str(out),
                              "--pool", "bigcodebench=3", "--pool", "livecodebench=0", "--pool", "debugbench=0",
                              "--pool", "condefects=0"]) == 0
     saved = load_examples(out)["data_config"]
     assert (saved["bigcodebench_bases"], saved["livecodebench_bases"], saved["debugbench"],
             saved["condefects_train"], saved["repository_bases"]) == (3, 0, 0, 0, 0)
     with pytest.raises(SystemExit) as exited:
-        localization_cli(["train-diagnostic", "--pool", "github=5"])
+        localization_cli(["diagnostic", "--pool", "github=5"])
     assert exited.value.code == 2 and "NAME one of bigcodebench" in capsys.readouterr().err

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 from pinpoint.agent.config import Config
 from pinpoint.agent.runner import default_localizers
-from pinpoint.localization.lab.corpora import humanevalfix
 from pinpoint.localization.mutations import Source
 from pinpoint.localization.repair import RepairLocalizer, enclosing_functions, repair_edits
+from pinpoint_lab.localization.corpora import humanevalfix
 
 CODE = "def last(xs, n):\n    if n == 0:\n        return xs[len(xs)]\n    return xs[n] - 2\n"
 

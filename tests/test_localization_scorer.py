@@ -6,18 +6,18 @@ import math
 from dataclasses import replace
 
 import pytest
-from pinpoint.cli import main as pinpoint
 from pinpoint.localization.diagnostic import DEFAULT_CHECKPOINT, DiagnosticLocalizer
 from pinpoint.localization.features import Vocabulary
-from pinpoint.localization.lab.corpora import bigcodebench_solutions, humanevalfix
-from pinpoint.localization.lab.evaluation import candidate_lines, repair_on_top_ranker
-from pinpoint.localization.lab.examples import build_examples
 from pinpoint.localization.model import SMALL, Checkpoint, DiagnosticModel
 from pinpoint.localization.mutations import mutants
 from pinpoint.localization.repair import RepairLocalizer, line_gains
 from pinpoint.localization.scorer import LocalScorer, description_prefix
 from pinpoint.localization.suspects import LocalizationRequest, Localizer
 from pinpoint.localization.units import lexical_units
+from pinpoint_lab.cli import main as lab
+from pinpoint_lab.localization.corpora import bigcodebench_solutions, humanevalfix
+from pinpoint_lab.localization.evaluation import candidate_lines, repair_on_top_ranker
+from pinpoint_lab.localization.examples import build_examples
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +104,8 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
         line_gains(p.code, scorer)
     monkeypatch.setenv("PINPOINT_CACHE", str(scorer.cache_dir.parent))
     out = tmp_path / "eval.json"
-    args = ["eval-localization", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "1", "--json", str(out)]
-    assert pinpoint(args) == 0  # the repair rows default to humanevalfix_docs alone
+    args = ["bench", "lines", "--sets", "humanevalfix,humanevalfix_docs", "--limit", "1", "--json", str(out)]
+    assert lab(args) == 0  # the repair rows default to humanevalfix_docs alone
     assert "sbfl (ochiai)" in capsys.readouterr().out
     results = json.loads(out.read_text())["results"]
     common = {"diagnostic (FLARE)", "random line", "lowest confidence", "sbfl (ochiai)", "diagnostic + sbfl"}
@@ -117,8 +117,8 @@ def test_eval_localization_prints_and_writes_the_table(scorer, tmp_path, monkeyp
     sbfl = {name: next(r for r in rows if r["method"] == "sbfl (ochiai)") for name, rows in results.items()}
     assert sbfl["humanevalfix"] == sbfl["humanevalfix_docs"]  # the tests do not read the docstring
     # agent.repair's reading: repairs of the model's top lines only, the docstring read first
-    assert pinpoint(["eval-localization", "--sets", "humanevalfix_docs", "--limit", "1", "--repair-top", "2",
-                     "--json", str(out)]) == 0
+    assert lab(["bench", "lines", "--sets", "humanevalfix_docs", "--limit", "1", "--repair-top", "2",
+                "--json", str(out)]) == 0
     rows = {r["method"]: r for r in json.loads(out.read_text())["results"]["humanevalfix_docs"]}
     assert set(rows) == common | {"repair on top 2", "diagnostic + repair", "diagnostic + repair + sbfl"}
 

@@ -1,8 +1,8 @@
 """Lexical units on real code: texts, types, character spans and lines."""
 
 import pytest
-from pinpoint.localization.lab.corpora import condefects, humanevalfix
 from pinpoint.localization.units import UNIT_TYPES, lexical_units
+from pinpoint_lab.localization.corpora import condefects, humanevalfix
 
 
 def test_units_of_a_real_humaneval_program_have_types_spans_and_lines():
