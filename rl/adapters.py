@@ -22,6 +22,7 @@ import atexit
 import dataclasses
 import functools
 import json
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -167,7 +168,7 @@ class PinpointSkyRLEnv(BaseTextEnv):
             return self._masked()
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.last_info = info
-        if reward is None:
+        if "infra_failure" in info:
             if self.trainer.on_failure == "raise":
                 raise InfraFailure(f"{self.task_id}: {info.get('infra_failure')}")
             self.failure = str(info.get("infra_failure") or "no reason given")
@@ -214,24 +215,53 @@ class TokenIO:
     """How a token-in, token-out loop talks to its trainer: the first prompt's ids, a generation (ids and their
     logprobs, None when the server gives none), decoding for the env, and an observation's ids. `merge_observation`,
     when set, is used instead of `observation_ids`: given the observation and the context so far, the ids to append
-    and how many of the context's last ids they replace (a boundary token the chat template writes otherwise)."""
+    and how many of the context's last ids they replace (a boundary token the chat template writes otherwise).
+    `turn_end`: the ids the chat template writes after an assistant message's text (ChatML: `<|im_end|>`, `\n`);
+    without a merge, they close each reply before its observation (those the model did not generate, mask 0), as the
+    recording gateway's rendering closes it: a reply cut at the length limit gets its end-of-turn id too."""
 
     prompt_ids: Callable[[list[dict[str, Any]]], Awaitable[list[int]]]
     generate: Callable[[list[int]], Awaitable[tuple[list[int], list[float] | None]]]
     decode: Callable[[list[int]], str]
     observation_ids: Callable[[str], Awaitable[list[int]]]
     merge_observation: Callable[[str, list[int]], Awaitable[tuple[list[int], int]]] | None = None
+    turn_end: tuple[int, ...] = ()
 
     async def observation(self, text: str, context: list[int]) -> tuple[list[int], int]:
         """The observation's ids to append after the context, and how many of its last ids they replace."""
         if self.merge_observation is not None:
             return await self.merge_observation(text, context)
-        return await self.observation_ids(text), 0
+        return closing_ids(self.turn_end, context) + await self.observation_ids(text), 0
 
 
-def _added(total: float | None, reward: float | None) -> float | None:
-    """A running episode return; an infrastructure failure (None) anywhere makes it None, never a 0."""
-    return None if total is None or reward is None else total + reward
+MARK = "\u2063pinpoint-reply\u2063"
+
+
+def turn_end_ids(tokenizer: Any) -> list[int]:
+    """The ids a Hugging Face tokenizer's chat template writes after an assistant message's text (ChatML:
+    `<|im_end|>` and a newline); none when it has no template or the text does not survive rendering."""
+    messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": MARK}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+    except (AttributeError, ValueError, TypeError):
+        return []
+    if not isinstance(text, str) or MARK not in text:
+        return []
+    return list(tokenizer.encode(text.split(MARK, 1)[1], add_special_tokens=False))
+
+
+def closing_ids(turn_end: Sequence[int], context: Sequence[int]) -> list[int]:
+    """The template's end of the assistant turn that `context` (ending with a reply) still lacks: all of `turn_end`
+    after a reply cut at the length limit, the rest of it after the end-of-turn id the model generated."""
+    if not turn_end:
+        return []
+    return list(turn_end[1:]) if list(context[-1:]) == list(turn_end[:1]) else list(turn_end)
+
+
+def _added(total: float | None, reward: float) -> float | None:
+    """A running episode return; an infrastructure failure (the env's NaN reward) anywhere makes it None, never a
+    number."""
+    return None if total is None or math.isnan(reward) else total + reward
 
 
 async def run_token_episode(env: RepairEnv, task: Any, io: TokenIO,

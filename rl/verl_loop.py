@@ -16,8 +16,10 @@ tokenized as verl's own tool loop does it. Two shapes of `AgentLoopBase`, told a
   prompt by `ct_build_initial_tokens`, each reply through `ct_merge_assistant_token` and each observation through
   `ct_merge_context_msg` over the episode's chat (a builder may insert boundary ids, mask 0, or drop the context's
   last id: the recorder drops it too, so the ids recorded are the ids the model is sent);
-- verl b178a3cd (`apply_chat_template`): the prompt by `apply_chat_template`, each observation by
-  `apply_chat_template([user message], remove_system_prompt=True)`.
+- verl b178a3cd (`apply_chat_template`), and any tokenizer verl has no builder for: the prompt by
+  `apply_chat_template`, each observation by `apply_chat_template([user message], remove_system_prompt=True)`,
+  after the chat template's end of the assistant turn (`turn_end_ids`: what the recording gateway's rendering
+  writes there, so a reply cut at the length limit is closed the same way on both paths).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pinpoint.rl.adapters import (
     run_sample,
     shared_pool,
     task_of,
+    turn_end_ids,
     verl_agent_loop_output,
 )
 from pinpoint.rl.env import RepairEnv
@@ -127,4 +130,5 @@ class PinpointAgentLoop(AgentLoopBase):
             return TokenIO(prompt_ids=chat.prompt_ids, generate=generate, decode=decode,
                            observation_ids=observation_ids, merge_observation=chat.observation)
         return TokenIO(prompt_ids=self.apply_chat_template, generate=generate, decode=decode,
-                       observation_ids=observation_ids)
+                       observation_ids=observation_ids, turn_end=tuple(turn_end_ids(self.tokenizer)))
+

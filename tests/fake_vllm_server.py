@@ -90,12 +90,14 @@ class FakeVllmServer:
         return 404, {"detail": "Not Found"}
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        ids = tokenize(self.reply) + [EOS]
+        ids = (tokenize(self.reply) + [EOS])[: body.get("max_tokens") or None]  # cut at max_tokens, as vLLM
+        cut = ids[-1:] != [EOS]
         names = [f"token_id:{i}" if body.get("return_tokens_as_token_ids") else detokenize([i]) for i in ids]
         logprobs = {"text_offset": list(range(len(ids))), "token_logprobs": [-0.25] * len(ids), "tokens": names,
                     "top_logprobs": [{name: -0.25} for name in names]}
-        choice = {"index": 0, "text": self.reply, "logprobs": logprobs if body.get("logprobs") is not None else None,
-                  "finish_reason": "stop", "stop_reason": None, "prompt_logprobs": None}
+        choice = {"index": 0, "text": detokenize([i for i in ids if i != EOS]),
+                  "logprobs": logprobs if body.get("logprobs") is not None else None,
+                  "finish_reason": "length" if cut else "stop", "stop_reason": None, "prompt_logprobs": None}
         return {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": self.model,
                 "choices": [choice], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids),
                                                "total_tokens": len(body["prompt"]) + len(ids)}}

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import sys
 import types
+from pathlib import Path
 from typing import Any, Optional
 
 import pydantic
@@ -28,7 +29,7 @@ from pinpoint.rl.adapters import (
     skyrl_generator_output,
     verl_agent_loop_output,
 )
-from pinpoint.rl.env import EnvSettings, InfraFailure, RepairEnv
+from pinpoint.rl.env import INFRA_FAILURE_REWARD, EnvSettings, InfraFailure, RepairEnv
 from pinpoint.rl.policies import GoldPolicy, action_text
 from pinpoint.rl.tasks import RlTask
 from pinpoint.rl.tokens import EpisodeRecorder
@@ -141,8 +142,8 @@ class FakeFailingEnv:
     def reset(self, **kwargs: Any) -> tuple[str, dict]:
         return "task", {"messages": [{"role": "user", "content": "task"}], "task_id": "t", "env_s": 0.0}
 
-    def step(self, action: str) -> tuple[str, None, bool, bool, dict]:
-        return "[infra]", None, True, False, {"infra_failure": "container died"}
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        return "[infra]", INFRA_FAILURE_REWARD, False, True, {"infra_failure": "container died"}
 
     def end_episode(self) -> None:
         pass
@@ -607,3 +608,47 @@ def test_skyrl_times_count_only_the_episodes_it_keeps() -> None:
     output = SKYRL_OUTPUT.validate_python(skyrl_generator_output([dropped, kept]))
     assert output["response_ids"] == [[10, 11, 4, 5, 12]] and output["trajectory_generation_times"] == [3.0]
     assert output["trajectory_time_splits"] == {"llm": [1.0], "env": [2.0]}
+
+
+def test_a_reply_cut_at_max_tokens_is_closed_alike_on_the_verl_and_the_rollout_path() -> None:
+    """The same ChatML model (tests/fake_vllm_server.py's FAKE vLLM and its tokenizer): a reply cut at the length
+    limit, then an observation. The rollout path (recording gateway) and the token path verl's loop takes without a
+    builder (observation ids from the chat template, after `turn_end_ids`) append the same ids after the reply:
+    `<|im_end|>` and the newline the model did not write, then the user turn, all mask 0. After a reply that ends
+    in the end-of-turn id, both append only the newline."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_vllm_server import EOS, FakeVllmServer, render, tokenize
+    from pinpoint.agent.llm import LLMClient, LLMConfig
+    from pinpoint.rl.adapters import TokenIO, turn_end_ids
+    from pinpoint.rl.gateway import RecordingGateway
+
+    chatml = tokenize  # the template's tokenizer (the lambdas' own argument is named `tokenize`, as in HF)
+    tokenizer = types.SimpleNamespace(apply_chat_template=lambda messages, tokenize: render(messages, False),
+                                      encode=lambda text, add_special_tokens: chatml(text))
+    end = tuple(turn_end_ids(tokenizer))
+    assert end == tuple(tokenize("<|im_end|>\n"))
+
+    async def observation(text: str) -> list[int]:  # verl b178a3cd: apply_chat_template([user], no system prompt)
+        return tokenize(render([{"role": "user", "content": text}]))
+
+    io = TokenIO(prompt_ids=None, generate=None, decode=None, observation_ids=observation, turn_end=end)
+    turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    fake = FakeVllmServer("abcdef")
+    try:
+        with RecordingGateway(fake.url, backend="vllm") as gw:
+            for max_tokens in (3, 64):  # cut, then whole (its EOS generated)
+                client = LLMClient(LLMConfig(base_url=gw.episode_url(f"e{max_tokens}"), model="fake-vllm",
+                                             max_retries=0, tool_mode="text", max_tokens=max_tokens))
+                reply = client.complete(turns).content
+                client.complete([*turns, {"role": "assistant", "content": reply},
+                                 {"role": "user", "content": "obs"}])
+                tokens = gw.pop(f"e{max_tokens}")
+                generated = tokenize("abcdef")[:3] if max_tokens == 3 else tokenize("abcdef") + [EOS]
+                context = tokens.prompt_ids + generated
+                appended, replaced = asyncio.run(io.observation("obs", context))
+                after = tokens.response_ids[len(generated):]
+                assert replaced == 0 and after[: len(appended)] == appended
+                assert tokens.response_mask[len(generated): len(generated) + len(appended)] == [0] * len(appended)
+                assert appended[:2] == (tokenize("<|im_end|>\n") if max_tokens == 3 else tokenize("\n<|im_start|>"))
+    finally:
+        fake.close()
