@@ -185,17 +185,29 @@ def _cmd_batch(args: argparse.Namespace) -> int:
 # -- a team's own repository ---------------------------------------------------------------------------------------
 def _cmd_fix(args: argparse.Namespace) -> int:
     """Exit 0 with a patch, 1 without one, 2 on bad input or an infrastructure failure (the guard's)."""
-    from pinpoint.agent.fix import FixRequest, create_branch, fix_repository, read_issue
+    from pinpoint.agent.fix import (
+        FixRequest,
+        check_branch,
+        create_branch,
+        fix_layout,
+        fix_repository,
+        read_issue,
+    )
     from pinpoint.agent.preflight import dirty_paths
     from pinpoint.agent.runner import INFRA_STATUSES, RunInterrupted
-    from pinpoint.agent.solve import layout_for
 
     config = config_from_args(args)
+    if args.test_cmd is not None and not args.test_cmd.strip():
+        raise UsageError("--test-cmd is empty; give the command that runs your tests, or leave the flag out")
+    if config.budget.max_steps < 1:
+        raise UsageError(f"budget.max_steps {config.budget.max_steps}: give at least 1 model turn")
     issue_id, text = read_issue(args.issue)
     request = FixRequest(args.repo, issue_id, text, args.test_cmd, args.local, args.python, args.offline,
-                         dirty=args.allow_dirty)
+                         dirty=args.allow_dirty, extras=_names(args.extras), groups=_names(args.group))
     if args.branch and not request.is_local:
         raise UsageError("--branch needs a local repository path (a git URL has no working copy to branch in)")
+    if args.branch:
+        check_branch(args.repo, args.branch)
     dirty = dirty_paths(args.repo) if request.is_local else []
     if dirty and not args.allow_dirty:
         raise UsageError(f"{args.repo} has uncommitted changes ({', '.join(dirty[:3])}{' …' if len(dirty) > 3 else ''})"
@@ -207,7 +219,7 @@ def _cmd_fix(args: argparse.Namespace) -> int:
         _log(f"pinpoint fix: --allow-dirty: working on the working tree of {args.repo} ({len(dirty)} changed files)")
     _endpoint_preflight(config)
     with status_line(args) as status:
-        outcome = fix_repository(request, config, layout_for(config, "fix"), fresh=args.fresh, log=_log,
+        outcome = fix_repository(request, config, fix_layout(config, request, _log), fresh=args.fresh, log=_log,
                                  on_progress=status)
     result = outcome.result
     _print_fix(request.title, outcome)
@@ -225,10 +237,18 @@ def _cmd_fix(args: argparse.Namespace) -> int:
     return 0 if result.patch.strip() else 1
 
 
+def _names(values: list[str] | None) -> tuple[str, ...] | None:
+    """`--extras a,b --extras c` as ('a', 'b', 'c'); None when not given."""
+    names = tuple(n.strip() for value in values or [] for n in value.split(",") if n.strip())
+    return names or None
+
+
 def _print_fix(title: str, outcome) -> None:
     """The results, on stdout and unwrapped (full paths a script can read): verdict, files, what to run next."""
     result, tests = outcome.result, outcome.final_tests
-    verdict = ("not run (no --test-cmd)" if tests is None else
+    untested = ("not run (no --test-cmd)" if not outcome.test_command else
+                f"not run (the run ended with {result.status})")
+    verdict = (untested if tests is None else
                f"{'PASS' if tests.ok else 'FAIL'} ({tests.passed} passed, {tests.failed} failed)")
     rows = [("issue", title), ("run", outcome.began), ("status", f"{result.status} {result.detail}".strip()),
             ("steps", result.steps), ("tokens", f"{result.prompt_tokens} in / {result.completion_tokens} out"),
@@ -347,7 +367,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 RUN_EXAMPLES = """\
 pinpoint run psf__requests-2317
 pinpoint run psf__requests-2317 --evaluate --base-url http://localhost:8000/v1 --model Qwen2.5-Coder-32B-Instruct
-pinpoint run django__django-11099 --source django/django=/src/django --set budget.max_steps=20 -o ~/runs"""
+pinpoint run django__django-11099 --source django/django=~/src/django --set budget.max_steps=20 -o ~/runs"""
 BATCH_EXAMPLES = """\
 pinpoint batch -i psf__requests-2317 -i psf__requests-1142 --evaluate
 pinpoint batch --repos psf/requests -n 10 -j 4 -o ~/runs --run-id requests-10
@@ -369,6 +389,10 @@ def _fix_parser(subparsers: argparse._SubParsersAction) -> None:
     fix.add_argument("--branch", help="also commit the patch to this new branch of the (local) repository")
     fix.add_argument("--python", default="3.11", help="Python version of the container (default 3.11)")
     fix.add_argument("--offline", action="store_true", help="build the container without network access")
+    fix.add_argument("--extras", action="append", metavar="NAME[,NAME]", help="the project's extras that hold its "
+                     "test dependencies (default: test, tests, testing, else dev, when declared)")
+    fix.add_argument("--group", action="append", metavar="NAME", help="a dependency group (PEP 735, PDM or Poetry) "
+                     "that holds test dependencies (repeatable; default: test, tests, testing, else dev)")
     fix.add_argument("--allow-dirty", action="store_true", help="work on the working tree's uncommitted changes "
                      "(default: refuse a repository with uncommitted changes to tracked files)")
     _quiet_arg(fix, "live status line")

@@ -41,7 +41,7 @@ class Solved:
 
 def layout_for(config: Config, default_run_id: str) -> RunLayout:
     """The run folder of `config`: `runs.run_id` (else the command's default) and the model."""
-    return RunLayout(config.runs.run_id or default_run_id, config.llm.model, config.runs.output_dir)
+    return RunLayout(config.runs.run_id or default_run_id, config.llm.model, Path(config.runs.output_dir).expanduser())
 
 
 def claim_run_folder(layout: RunLayout, config: Config, fresh: bool = False) -> None:
@@ -168,6 +168,8 @@ def load_local_tasks(path: Path) -> list[dict]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a tasks file (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read tasks file {path}: {exc.strerror or exc}") from None
     rows = []
     for number, row, not_json in jsonl_records(text):
         problem = f"not JSON ({not_json})" if not_json else _task_problem(row)

@@ -1,6 +1,6 @@
 """Training data for trainers: the prompt parquet verl and SkyRL read, GRPO group filtering, and a curriculum.
 
-One file serves both trainers (`pinpoint rl dataset --tasks FILE --out train.parquet`). Each row holds:
+One file serves both trainers (`pinpoint rl dataset --tasks FILE -o train.parquet`). Each row holds:
 
 - `prompt`: the episode's first chat (system prompt with the tools, the task), as both trainers' datasets expect
   (verl's `RLHFDataset` and SkyRL's `PromptDataset` apply the chat template to it to drop overlong prompts). The

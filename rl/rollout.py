@@ -1,4 +1,4 @@
-"""`pinpoint rollout`: episodes on the shared executor, streamed into a dataset file that resumes after a kill.
+"""`pinpoint rl rollout`: episodes on the shared executor, streamed into a dataset file that resumes after a kill.
 
 `environments/executor.py` runs `workers` EpisodeWorkers, in this process (`--backend local`, the default) or as
 Ray actors (`--backend ray`, `--address` for a cluster; each actor holds `containers_per_worker` units of its
@@ -7,7 +7,7 @@ once on threads (one `RepairEnv` per thread, the pool shared). The G samples of 
 same worker, so they share its image and pool. The driver is the only
 writer: each finished episode is appended to `<out>` as one JSON line and flushed, so a kill loses at most the
 episodes in flight; a rerun skips every (task, sample) already written with a reward or a model outcome, and
-retries infrastructure failures (the later row of a key wins). `--out *.parquet` streams to `<out>.jsonl` and writes
+retries infrastructure failures (the later row of a key wins). `-o *.parquet` streams to `<output>.jsonl` and writes
 the Parquet file when the run ends.
 """
 

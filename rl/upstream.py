@@ -30,7 +30,7 @@ import httpx
 from pinpoint.environments.errors import PinpointError, UsageError
 
 BACKENDS = ("llamacpp", "vllm", "sglang", "openai")
-#: other spellings of the backends (`pinpoint rollout --backend llama.cpp`)
+#: other spellings of the backends (`pinpoint rl rollout --model-backend llama.cpp`)
 ALIASES = {"llama.cpp": "llamacpp"}
 
 

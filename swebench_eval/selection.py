@@ -51,7 +51,7 @@ def select_one(instance_id: str, dataset: str | None = None, sources: RepoSource
     if not selection.instances:
         (repo,) = selection.missing
         raise SourceError(f"{instance_id}: no offline source for {repo} in {selection.sources.repos_dir} "
-                          "(pass --repos-dir, or --source REPO=PATH_OR_URL)")
+                          "(pass --source DIR, a folder of sources, or --source REPO=PATH_OR_URL)")
     return selection.instances[0]
 
 

@@ -61,7 +61,7 @@ class RepoSources:
                 if candidate.exists():
                     return self._from_location(key, str(candidate))
         raise SourceError(f"no source for {repo}: none of {self.repos_dir}/{key}.git.tar, .git or a checkout exists "
-                          "(pass --repos-dir or a repo=path/URL override)")
+                          "(pass --source DIR, a folder of sources, or --source REPO=PATH_OR_URL)")
 
     def _from_location(self, key: str, location: str) -> Path:
         if location.endswith(".git.tar"):
@@ -127,7 +127,7 @@ class RepoSources:
 
 def _origin(location: str) -> str:
     """A short digest of where a cached copy came from (a URL, or a tar's absolute path, size and mtime): one cache
-    serves several `--repos-dir`s, and a replaced tar is extracted again, instead of answering from another copy."""
+    serves several `--source` folders, and a replaced tar is extracted again, instead of answering from another copy."""
     if "://" in location or location.startswith("git@") or not Path(location).exists():
         identity = location  # a missing tar is said by the extraction, with its own message
     else:
