@@ -16,7 +16,7 @@ from pinpoint_lab.localization import cli as localization_cli
 from pinpoint_lab.paths import use_dev_data
 
 EXAMPLES = """examples:
-  pinpoint-lab bench localize --instances psf__requests-1142 --settings oracle
+  pinpoint-lab bench localize -i psf__requests-1142 --settings oracle
   pinpoint-lab bench fusion --settings issue,oracle
   pinpoint-lab train diagnostic --cached-only
   pinpoint-lab bench soak --resets 100 --commands 100 --concurrent 8"""

@@ -35,7 +35,7 @@ def test_the_fauxpy_column_is_printed_and_scored_with_the_rows_gold_and_ties_in_
     assert PEER_ROW.exists(), "FauxPy's committed row is the input of this test"
     before = PEER_ROW.read_bytes()
     out = tmp_path / "out.json"
-    code = main(["bench", "localize", "--instances", ROW, "--settings", "oracle", "--cache", str(cache),
+    code = main(["bench", "localize", "--instance", ROW, "--settings", "oracle", "--cache", str(cache),
                  "--peer", "fauxpy", "--json", str(out)])
     printed = capsys.readouterr().out
     assert code == 0
@@ -83,6 +83,6 @@ def test_a_peer_that_cannot_run_on_a_row_is_a_miss_that_says_why_and_is_tried_ag
 def test_a_peer_without_the_oracle_setting_is_refused_in_one_line(capsys):
     from pinpoint_lab.cli import main
 
-    code = main(["bench", "localize", "--instances", ROW, "--settings", "issue", "--peer", "fauxpy"])
+    code = main(["bench", "localize", "--instance", ROW, "--settings", "issue", "--peer", "fauxpy"])
     err = capsys.readouterr().err
     assert code == 2 and "--peer" in err and "oracle" in err and "Traceback" not in err
