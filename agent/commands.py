@@ -274,11 +274,12 @@ def _endpoint_preflight(config: Config) -> None:
 # -- demo and show ---------------------------------------------------------------------------------------------------
 #: small enough to finish in a few minutes on 2 CPUs with the embedded model
 DEMO_DEFAULTS = {"budget.max_steps": 2, "search.k": 3, "search.rounds": 1, "llm.max_tokens": 128,
-                 "llm.timeout_s": 600.0, "budget.max_wall_s": 900.0, "agent.show_suspects": 3}
+                 "llm.timeout_s": 600.0, "budget.max_wall_s": 900.0, "agent.show_suspects": 3,
+                 "agent.review_on_submit": False}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from pinpoint.agent.demo import build_demo_repo, run_demo
+    from pinpoint.agent.demo import build_demo_repo, repair_summary, run_demo
     from pinpoint.agent.solve import layout_for
     from pinpoint.agent.trajectory import render
 
@@ -288,7 +289,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         demo = build_demo_repo(Path(tmp) / "numeric-helpers", args.bug)
         console.rule("[bold]pinpoint demo")
         console.print(f"A real bug from HumanEvalFix ({args.bug}) in a small repository; model: "
-                      f"{config.llm.base_url or 'embedded SmolLM2-135M-Instruct (offline; too small to be expected to fix it)'}")
+                      f"{config.llm.base_url or 'embedded SmolLM2-135M-Instruct (offline)'}")
         console.print(f"[bold]issue[/]\n{demo.task.problem_statement}\n")
         shown = run_demo(demo, config, layout_for(config, "demo"))
     render(shown.trajectory, Console(), full=False)
@@ -299,6 +300,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     console.print(f"run status: {result.status} {result.detail}".rstrip())
     console.print(f"search candidates: {len(shown.trajectory.get('candidates') or [])}, "
                   f"edited lines: {result.edited_lines['total']}")
+    console.print(f"repair: {repair_summary(shown.trajectory)}", markup=False, highlight=False)
     console.print(f"tests on the final patch: [{'green' if verdict.ok else 'red'}]"
                   f"{'PASS' if verdict.ok else 'FAIL'}[/] ({verdict.passed} passed, {verdict.failed} failed)")
     console.print(f"trajectory: {result.trajectory}  (pinpoint show {result.trajectory})")

@@ -41,7 +41,18 @@ class BudgetSection:
 class SearchSection:
     """Search policies run after a failing test: FLARE top-k refinement and/or BESTER best-first search."""
 
-    policy: Literal["none", "flare", "bester", "flare+bester"] = "flare"
+    #: "candidates" runs edit candidates at the top-k suspect lines (test runs only, no model call) before the
+    #: model's revisions are bought
+    policy: Literal["none", "candidates", "flare", "bester", "flare+bester", "candidates+flare",
+                    "candidates+bester", "candidates+flare+bester"] = "candidates+flare"
+    #: edit candidates: test runs and seconds at most, how many of them are pairs of edits, how many plausible
+    #: patches to collect before choosing the smallest, and their order ("likelihood" scores every candidate with the
+    #: embedded model first: about a minute per function on 2 CPUs, so "rank" by default)
+    candidate_runs: int = 60
+    candidate_seconds: float = 300.0
+    candidate_pairs: int = 10
+    plausible: int = 1
+    candidate_order: Literal["rank", "likelihood"] = "rank"
     #: FLARE: candidates per round (one per top-k suspicious line) and rounds
     k: int = 10
     rounds: int = 5

@@ -3,8 +3,9 @@
 The bug is a real one from HumanEvalFix (a human-inserted bug in a HumanEval solution, with its tests): it is placed
 in a small repository of several HumanEval functions (the others correct), tests beside it, and the issue text is
 written from the task's docstring and its failing check. The run shows localization (and where the known buggy
-line ranks), the trajectory, and the verdict of the tests on the final patch. SmolLM2-135M is far too small to be
-expected to fix it; the demo shows the machinery, not repair quality.
+line ranks), the trajectory, how the patch was found, and the verdict of the tests on the final patch. SmolLM2-135M
+rarely writes the right line itself; the search's edit candidates at the suspect lines (test runs, no model call)
+repair the bug before the model's revisions are bought.
 """
 
 from __future__ import annotations
@@ -125,3 +126,17 @@ def run_demo(demo: DemoRepo, config: Config, layout: RunLayout) -> DemoOutcome:
     trajectory = load_trajectory(result.trajectory)
     rank = line_rank(trajectory.get("suspects") or [], demo.buggy_path, demo.buggy_lines)
     return DemoOutcome(demo, result, trajectory, rank, verdict)
+
+
+def repair_summary(trajectory: dict) -> str:
+    """How the final patch was found, in one line: the search record that made it (source, edit, the tests it
+    passed), or that no search candidate passed."""
+    final = trajectory.get("final_patch") or trajectory.get("patch") or ""
+    passing = [c for c in trajectory.get("candidates") or [] if c.get("ok") and c.get("patch") == final and final]
+    if not passing:
+        return "no search candidate passed the tests"
+    record = passing[0]
+    how = record.get("edit") or f"{record.get('target')}: {(record.get('replacement') or '').strip()}"
+    focused = f"the failing tests first (`{record['focused']}`), then " if record.get("focused") else ""
+    return (f"{record.get('source') or record['origin']} from the {record['origin']} search, {how}; {focused}the "
+            f"whole command: {record['passed']} passed, {record['failed']} failed")

@@ -10,21 +10,31 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib.util
 import re
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pinpoint.agent import prompts
+from pinpoint.agent.config import SearchSection
 from pinpoint.agent.test_runs import run_test_command
 from pinpoint.environments.runtime import Runtime
+from pinpoint.localization import candidates
+from pinpoint.localization.candidates import Candidate
 from pinpoint.localization.fusion import top_lines
 from pinpoint.localization.retrieval import enclosing_definition
+from pinpoint.localization.scorer import GGUF_PACKAGE
 from pinpoint.localization.suspects import Suspect
 from pinpoint.swebench_eval.metrics import edited_lines
 from pinpoint.swebench_eval.patches import PatchError, apply_patch
 from pinpoint.tools.base import numbered
-from pinpoint.tools.run_tests import TestRun
+from pinpoint.tools.run_tests import TestRun, hang_bound
+
+if TYPE_CHECKING:
+    from pinpoint.localization.scorer import LocalScorer
 
 #: ask(prompt, purpose, diverse) -> the model's reply text; `diverse` asks for a sampled (non-greedy) answer
 Ask = Callable[[str, str, bool], str]
@@ -130,26 +140,57 @@ class CandidateRunner:
             record["status"] = "no code in reply" if text is not None else "file missing"
             return None
         new_text = replace_region(text, start, end, replacement)
-        if new_text == text:
-            record["status"] = "no-op"
+        return self._run(record, parent, path, text, new_text, started)
+
+    def evaluate_candidate(self, parent: Node, candidate: Candidate, focused: str | None) -> Node | None:
+        """Run an edit candidate: `focused` (the failing tests) first when given, the whole command only when they
+        pass; a candidate stopped at the focused run returns None (its outcome is not comparable to full runs)."""
+        started = time.monotonic()
+        record = {"id": f"{self.origin}-{len(self.records) + 1}", "origin": self.origin, "source": candidate.source,
+                  "target": f"{candidate.path}:{candidate.first}", "edit": candidate.describe(),
+                  "kinds": list(candidate.kinds), "suspect_rank": candidate.rank + 1, "gain": candidate.gain,
+                  "replacement": candidate.replacement, "passed": None, "failed": None, "ok": False,
+                  "edited_lines": None}
+        self.records.append(record)
+        text = self.file_at(parent.patch, candidate.path)
+        if text is None:
+            record["status"] = "file missing"
             return None
-        if path.endswith(".py"):
-            try:
-                ast.parse(new_text)
-            except (SyntaxError, ValueError) as exc:
-                record["status"] = f"unparsable: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+        new_text = candidate.apply(text)
+        if focused is not None:
+            first = self._run(record, parent, candidate.path, text, new_text, started, focused)
+            if first is None or not first.outcome.ok:
+                record["status"] = "failing tests still fail" if first is not None else record["status"]
                 return None
-        try:
-            apply_patch(self.runtime, parent.patch)
-        except PatchError as exc:
-            record["status"] = str(exc)
-            return None
-        self.runtime.write_file(path, new_text)
+            record["focused"] = focused
+            return self._run(record, parent, candidate.path, text, new_text, started, written=True)
+        return self._run(record, parent, candidate.path, text, new_text, started)
+
+    def _run(self, record: dict, parent: Node, path: str, text: str, new_text: str, started: float,
+             command: str | None = None, written: bool = False) -> Node | None:
+        """Write `new_text` over the parent's patch in a reset tree (unless `written`), run the tests, record."""
+        if not written:
+            if new_text == text:
+                record["status"] = "no-op"
+                return None
+            if path.endswith(".py"):
+                try:
+                    ast.parse(new_text)
+                except (SyntaxError, ValueError) as exc:
+                    record["status"] = f"unparsable: {exc.msg if isinstance(exc, SyntaxError) else exc}"
+                    return None
+            try:
+                apply_patch(self.runtime, parent.patch)
+            except PatchError as exc:
+                record["status"] = str(exc)
+                return None
+            self.runtime.write_file(path, new_text)
         patch = self.runtime.diff()
-        outcome = run_test_command(self.runtime, self.test_command, self.timeout)
+        outcome = run_test_command(self.runtime, command or self.test_command, self.timeout)
         record.update(status="evaluated", patch=patch, passed=outcome.passed, failed=outcome.failed, ok=outcome.ok,
                       exit_code=outcome.exit_code, edited_lines=edited_lines(patch)["total"],
-                      test_output=outcome.output[-2000:], seconds=round(time.monotonic() - started, 3))
+                      timed_out=outcome.timed_out, test_output=outcome.output[-2000:],
+                      seconds=round(time.monotonic() - started, 3))
         return Node(patch, outcome)
 
 
@@ -211,3 +252,72 @@ def bester_search(ask: Ask, runtime: Runtime, problem: str, start: Node, suspect
             yield runner.evaluate(node, path, lo, hi, extract_code(reply), depth=level, reflection=reflection)
 
     return _climb(start, depth, repairs, runner.records)
+
+
+@dataclass
+class CandidateBudget:
+    """How much a candidate search may spend: runs, seconds, pairs, and how many plausible patches it collects."""
+
+    runs: int = 60
+    seconds: float = 300.0
+    pairs: int = 10
+    lines: int = 10
+    plausible: int = 1
+
+
+def focused_command(runtime: Runtime, command: str, failing: list[str]) -> str | None:
+    """The pytest command narrowed to the failing tests (its path arguments replaced by their ids), so a candidate
+    meets the failing tests first; None when the command is not pytest's or no failing test is known."""
+    words = shlex.split(command)
+    at = next((i for i, w in enumerate(words) if w.endswith("pytest") or w == "py.test"), None)
+    ids = [t for t in failing if "::" in t]
+    if at is None or not ids:
+        return None
+    paths = [w for w in words[at + 1 :] if not w.startswith("-") and
+             runtime.run(f"test -e {shlex.quote(w.split('::')[0])}", timeout=30).exit_code == 0]
+    kept = [w for i, w in enumerate(words) if i <= at or w not in paths]
+    return shlex.join(kept + ids)
+
+
+def candidate_search(runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], *, test_command: str,
+                     timeout: float, budget: CandidateBudget, scorer: LocalScorer | None = None) -> SearchResult:
+    """Edit candidates at the top suspect lines, best first, each on a reset tree: the failing tests first, the
+    whole command on a candidate that passes them. Stops at `budget.plausible` plausible patches (or the budget);
+    the smallest plausible patch wins, ties to the model's likelihood."""
+    runner = CandidateRunner(runtime, test_command, timeout, "candidate")
+    targets = [(path, line) for path, line, _ in top_lines(suspects, budget.lines)]
+    files = {p: t for p in dict.fromkeys(p for p, _ in targets) if (t := runner.file_at(start.patch, p)) is not None}
+    queue = candidates.single_candidates(files, [t for t in targets if t[0] in files])
+    if scorer is not None:
+        queue = candidates.with_likelihood(queue, scorer, problem)
+    queue = candidates.ordered(queue)
+    queue = queue[: max(0, budget.runs - budget.pairs)] + candidates.pair_candidates(queue, budget.pairs)
+    focused = focused_command(runtime, test_command, start.outcome.failed_tests)
+    started = time.monotonic()
+    plausible: list[tuple[Candidate, Node]] = []
+    for candidate in queue[: budget.runs]:
+        if len(plausible) >= budget.plausible or time.monotonic() - started > budget.seconds:
+            break
+        node = runner.evaluate_candidate(start, candidate, focused)
+        if node is not None and node.outcome.ok:
+            plausible.append((candidate, node))
+            runner.records[-1]["seconds_to_plausible"] = round(time.monotonic() - started, 3)
+    if not plausible:
+        return SearchResult(start, False, runner.records)
+    _, best = min(plausible, key=lambda cn: (cn[0].size, -(cn[0].gain or 0.0)))
+    return SearchResult(best, True, runner.records)
+
+
+def run_candidates(runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], test_command: str,
+                   settings: SearchSection, cap_s: float) -> SearchResult:
+    """The candidate search as the agent configures it (`search.candidate_*`); the embedded model scores the
+    candidates only when `search.candidate_order` asks for it and its package is installed."""
+    budget = CandidateBudget(settings.candidate_runs, settings.candidate_seconds, settings.candidate_pairs,
+                             settings.k, settings.plausible)
+    scorer = None
+    if settings.candidate_order == "likelihood" and importlib.util.find_spec(GGUF_PACKAGE) is not None:
+        from pinpoint.localization.scorer import LocalScorer
+
+        scorer = LocalScorer()
+    return candidate_search(runtime, problem, start, suspects, test_command=test_command,
+                            timeout=hang_bound(start.outcome, cap_s), budget=budget, scorer=scorer)

@@ -126,18 +126,23 @@ def line_gains(code: str, scorer: LocalScorer, description: str = "", lines: Col
     times the count, so that gains in a short and a long function compare. Lines with no candidate repair are
     absent."""
     rewrites = repair_edits(code, set(lines) if lines is not None else None)
+    gains: dict[int, float] = {}
+    for (_, _, line), gain in zip(rewrites, rewrite_gains(code, [new for new, _, _ in rewrites], scorer, description),
+                                  strict=True):
+        gains[line] = max(gains.get(line, float("-inf")), gain)
+    return gains
+
+
+def rewrite_gains(code: str, rewrites: Sequence[str], scorer: LocalScorer, description: str = "") -> list[float]:
+    """Per rewrite of `code`, the change in mean log-prob per token it brings, scaled to the code's token count:
+    comparable between functions of any length, and not won by a rewrite for being shorter."""
     if not rewrites:
-        return {}
+        return []
     prefix = description_prefix(description)
     base = scorer.score(code, prefix)
     base_mean = _mean_logprob(base)
-    scored = scorer.score_mutants(code, [new for new, _, _ in rewrites], after=_AFTER, prefix=prefix)
-    gains: dict[int, float] = {}
-    for (_, _, line), tokens in zip(rewrites, scored, strict=True):
-        # the change in mean log-prob, scaled to the code's length: comparable between functions of any length
-        gain = (_mean_logprob(tokens) - base_mean) * len(base)
-        gains[line] = max(gains.get(line, float("-inf")), gain)
-    return gains
+    scored = scorer.score_mutants(code, list(rewrites), after=_AFTER, prefix=prefix)
+    return [(_mean_logprob(tokens) - base_mean) * len(base) for tokens in scored]
 
 
 def _mean_logprob(tokens: Sequence[TokenLogprob]) -> float:

@@ -4,6 +4,7 @@ failing tests); the model reads the run rendered as text."""
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import asdict, dataclass, field
 
 from pinpoint.environments.runtime import Runtime
@@ -11,6 +12,9 @@ from pinpoint.tools.base import Tool, ToolError, tail
 
 DEFAULT_TIMEOUT_S = 300
 MAX_TIMEOUT_S = 1800
+#: a later run may take this many times the measured one, and never less than the floor (a loaded machine is slow)
+HANG_FACTOR = 5.0
+HANG_FLOOR_S = 10.0
 OUTPUT_TAIL_CHARS = 4000
 MAX_NAMES = 30
 MORE_HINT = "Run a narrower selection of tests to see more."
@@ -92,6 +96,8 @@ class TestRun:
     patch_edited_lines: int = 0
     #: the traceback frames of the output's tail (what the model reads), where a failure points
     frames: list[Frame] = field(default_factory=list)
+    #: how long the command ran (None when not measured)
+    seconds: float | None = None
 
     @classmethod
     def parse(cls, command: str, exit_code: int | None, output: str, timed_out: bool = False,
@@ -141,7 +147,8 @@ class TestRun:
     def render(self) -> str:
         """The run as the model reads it: status, counts, failing tests and the output's tail."""
         if self.timed_out:
-            status = f"TIMED OUT after {self.timeout}s: the run was killed; whatever follows is from partial output."
+            status = (f"TIMED OUT after {self.timeout}s: the run was killed (a hang, e.g. an infinite loop, counts as "
+                      "a failing test); whatever follows is from partial output.")
         else:
             status = f"Exit code: {self.exit_code}" + (" (success)" if self.exit_code == 0 else " (failure)")
         lines = [f"Command: {self.command}", status, *self._summary_lines()]
@@ -172,8 +179,20 @@ def run_tests(runtime: Runtime, command: str, timeout: float = DEFAULT_TIMEOUT_S
     """Run `command` in the repository root; the tool, the oracle check and search candidates all run through here."""
     if not command.strip():
         raise ToolError("The test command is empty; e.g. `python -m pytest -q tests/test_x.py`.")
+    started = time.monotonic()
     result = runtime.run(command, timeout=timeout)
-    return TestRun.parse(command, result.exit_code, result.output, result.timed_out, timeout)
+    run = TestRun.parse(command, result.exit_code, result.output, result.timed_out, timeout)
+    run.seconds = round(time.monotonic() - started, 3)
+    return run
+
+
+def hang_bound(run: TestRun, cap: float) -> float:
+    """The time limit for later runs of the suite `run` measured: a few times what it took, at least
+    `HANG_FLOOR_S`, at most `cap`. A bug that loops forever then costs each run seconds, not the full timeout: a
+    hang is one more failing test."""
+    if run.seconds is None or run.timed_out:
+        return min(cap, run.timeout)
+    return min(cap, max(HANG_FLOOR_S, HANG_FACTOR * run.seconds))
 
 
 RUN_TESTS_TOOL = Tool(
