@@ -15,8 +15,10 @@ memory, no network), leased from a `WarmPool` and given back, reset, when the ep
 `EnvSettings(suspects="oracle")` the first observation also lists the execution-grounded suspects pinpoint's agent
 computes in oracle mode (`rl.suspects`: computed once per task and cached, the box reset before the episode).
 
-An infrastructure failure (the box cannot be built or started, the container dies, grading fails) ends the episode
-with reward `None` and `info["infra_failure"]` saying why; at `reset()` it raises `InfraFailure`. The next `reset()`
+An infrastructure failure (the box cannot be built or started, the container dies, grading fails) is never a
+reward: it ends the episode as truncated (not terminated: the model did not end it) with reward NaN
+(`INFRA_FAILURE_REWARD`, a float as gymnasium wants, which poisons any sum or mean a trainer forgets to mask) and
+`info["infra_failure"]` saying why; at `reset()` it raises `InfraFailure`. The next `reset()`
 works on a fresh container. A command that breaks its own box (it kills the command server: `BrokenFromInside`) is
 the model's doing: the episode ends with reward 0.0 and `info["model_failure"]`.
 """
@@ -24,6 +26,7 @@ the model's doing: the episode ends with reward 0.0 and `info["model_failure"]`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -51,6 +54,11 @@ if TYPE_CHECKING:
 
 class InfraFailure(PinpointError, RuntimeError):
     """The episode could not run for a reason that is not the model's (no image, no engine, a dead container)."""
+
+
+#: the reward of a step an infrastructure failure ended (with `info["infra_failure"]`): a float, yet no number a
+#: trainer could learn from by mistake
+INFRA_FAILURE_REWARD = math.nan
 
 
 @dataclass
@@ -86,15 +94,28 @@ class EnvSettings:
                              f"(got {self.suspects_top}, {self.suspects_timeout_s})")
 
 
+@dataclass(frozen=True)
+class BoxKey:
+    """What makes two boxes interchangeable in the pool: the same image (or checkout at a commit), CPUs and box
+    settings, and the same role (a grader's box runs its commands as root)."""
+
+    #: the image's tag, or the local checkout and its commit
+    source: str
+    cpus: float | None = None
+    #: `RuntimeSettings`' field values, in field order (the settings themselves are mutable, so not hashable)
+    settings: tuple[Any, ...] = ()
+    grading: bool = False
+
+
 @dataclass
 class Box:
     """Where a task runs: the pool key of its image and settings, and how to start one."""
 
-    key: str
+    key: BoxKey
     factory: RuntimeFactory
     image: str | None = None
     #: the grader's box of the same image (its commands as root, as the eval script needs), for pooled grading
-    grader_key: str = ""
+    grader_key: BoxKey | None = None
     grader_factory: RuntimeFactory | None = None
 
 
@@ -179,7 +200,7 @@ class RepairEnv(gymnasium.Env):
         info["env_s"] = time.monotonic() - started
         return user, info
 
-    def step(self, action: str | dict) -> tuple[str, float | None, bool, bool, dict]:
+    def step(self, action: str | dict) -> tuple[str, float, bool, bool, dict]:
         episode = self._episode
         if episode is None or episode.done:
             raise UsageError("RepairEnv.step before reset(), or after the episode ended: call reset() first")
@@ -233,7 +254,7 @@ class RepairEnv(gymnasium.Env):
         return result.output, result.error
 
     def _finish(self, episode: Episode, observation: str, *, terminated: bool, info: dict,
-                started: float) -> tuple[str, float | None, bool, bool, dict]:
+                started: float) -> tuple[str, float, bool, bool, dict]:
         try:
             patch = episode.runtime.diff()
         except RuntimeFailure as exc:
@@ -245,6 +266,8 @@ class RepairEnv(gymnasium.Env):
         info.update(patch=patch, edited_lines=edited_lines(patch)["total"])
         reward = dense if dense is not None else self._graded_reward(episode, patch, info)
         info["env_s"] = time.monotonic() - started
+        if reward is None:
+            return observation, INFRA_FAILURE_REWARD, False, True, info
         return observation, reward, terminated, not terminated, info
 
     def _graded_reward(self, episode: Episode, patch: str, info: dict) -> float | None:
@@ -263,11 +286,11 @@ class RepairEnv(gymnasium.Env):
         return precise_reward(graded.unit, edit, self.settings.precise_lambda)
 
     def _infra(self, episode: Episode, reason: str, info: dict,
-               started: float) -> tuple[str, None, bool, bool, dict]:
+               started: float) -> tuple[str, float, bool, bool, dict]:
         episode.done = True
         self._end_lease(broken=True)
         info.update(infra_failure=reason, env_s=time.monotonic() - started)
-        return f"[pinpoint: infrastructure failure: {reason}]", None, True, False, info
+        return f"[pinpoint: infrastructure failure: {reason}]", INFRA_FAILURE_REWARD, False, True, info
 
     def _broke_its_box(self, episode: Episode, reason: str, info: dict,
                        started: float) -> tuple[str, float, bool, bool, dict]:
@@ -314,16 +337,17 @@ def box_for(task: RlTask, settings: RuntimeSettings, sources: RepoSources | None
     if task.kind == "local":
         from pinpoint.environments.local import LocalRuntime
 
-        return Box(f"local:{task.repo_path}@{task.base_commit}", lambda: LocalRuntime(task.repo_path,
-                                                                                      task.base_commit))
+        return Box(BoxKey(f"{task.repo_path}@{task.base_commit}"), lambda: LocalRuntime(task.repo_path,
+                                                                                         task.base_commit))
     from pinpoint.swebench_eval.images import build_instance_image
     from pinpoint.swebench_eval.runtime import instance_cpus, instance_runtime, preflight
 
     sources = sources or RepoSources()
     preflight(task.instance, sources)
     tag = build_instance_image(task.instance, sources).tag
-    key = f"{tag}|cpus={instance_cpus(task.instance, settings)}|{sorted(dataclasses.asdict(settings).items())}"
-    return Box(key, lambda: instance_runtime(task.instance, tag, settings), image=tag, grader_key=f"{key}|grading",
+    key = BoxKey(tag, instance_cpus(task.instance, settings), dataclasses.astuple(settings))
+    return Box(key, lambda: instance_runtime(task.instance, tag, settings), image=tag,
+               grader_key=dataclasses.replace(key, grading=True),
                grader_factory=lambda: _primed(instance_runtime(task.instance, tag, settings, grading=True), task))
 
 

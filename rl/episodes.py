@@ -83,6 +83,7 @@ def run_episode(env: RepairEnv, task: RlTask, policy_spec: str, sample: int, *, 
         row["llm_s"] += time.monotonic() - asked
         messages.append(assistant or {"role": "assistant", "content": action_text(action)})
         observation, reward, terminated, truncated, step_info = env.step(action)
+        reward = None if "infra_failure" in step_info else reward  # the env's NaN: rows say there is none
         row["env_s"] += step_info["env_s"]
         row["steps"] += 1
         row["step_rewards"].append(reward)

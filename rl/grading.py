@@ -10,6 +10,7 @@ its test command on a fresh checkout with the patch applied.
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ class Graded:
 
 
 def grade_unit(task: RlTask, patch: str, *, settings: RuntimeSettings, image: str | None, timeout: float,
-               pool: WarmPool | None = None, key: str = "", factory: RuntimeFactory | None = None) -> Graded:
+               pool: WarmPool | None = None, key: Hashable = "", factory: RuntimeFactory | None = None) -> Graded:
     """Grade `patch` on `task`: pooled when `pool` (with the key and factory of the task's box) is given."""
     started = time.monotonic()
     if not patch.strip():
@@ -47,7 +48,7 @@ def grade_unit(task: RlTask, patch: str, *, settings: RuntimeSettings, image: st
 
 
 def _grade_swebench(task: RlTask, patch: str, settings: RuntimeSettings, image: str | None, timeout: float,
-                    pool: WarmPool | None, key: str, factory: RuntimeFactory | None) -> Graded:
+                    pool: WarmPool | None, key: Hashable, factory: RuntimeFactory | None) -> Graded:
     runtime = pool.acquire(key, factory) if pool is not None and factory is not None else None
     verdict = None
     try:

@@ -16,7 +16,7 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -57,10 +57,10 @@ class WarmPool:
         self.max_containers = max_containers
         self.wait_s = wait_s
         self.stats = PoolStats()
-        self._idle: dict[str, list[Runtime]] = defaultdict(list)
-        self._busy: dict[str, int] = defaultdict(int)  # starting or resetting, per key
-        self._keys: dict[int, str] = {}  # id(runtime) -> key, for every live runtime
-        self._factories: dict[str, RuntimeFactory] = {}
+        self._idle: dict[Hashable, list[Runtime]] = defaultdict(list)
+        self._busy: dict[Hashable, int] = defaultdict(int)  # starting or resetting, per key
+        self._keys: dict[int, Hashable] = {}  # id(runtime) -> key, for every live runtime
+        self._factories: dict[Hashable, RuntimeFactory] = {}
         self._live = 0
         self._cond = threading.Condition()
         self._workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pinpoint-pool")
@@ -76,7 +76,7 @@ class WarmPool:
             self._cond.notify_all()
 
     # -- leasing ------------------------------------------------------------------------------------------------
-    def acquire(self, key: str, factory: RuntimeFactory) -> Runtime:
+    def acquire(self, key: Hashable, factory: RuntimeFactory) -> Runtime:
         """A reset, live runtime of `key` (made by `factory` when none is idle). Raises what `factory` raises."""
         started = time.monotonic()
         deadline = started + self.wait_s
@@ -108,7 +108,7 @@ class WarmPool:
             self._busy[key] += 1
         self._workers.submit(self._reset_and_idle, key, runtime)
 
-    def warm(self, key: str, factory: RuntimeFactory, count: int | None = None) -> None:
+    def warm(self, key: Hashable, factory: RuntimeFactory, count: int | None = None) -> None:
         """Start `count` (default `idle_per_key`) runtimes of `key` ahead of the first episode and wait for them."""
         want = self.idle_per_key if count is None else count
         with self._cond:
@@ -128,7 +128,7 @@ class WarmPool:
             self._idle_up(key, runtime)
 
     # -- internals ----------------------------------------------------------------------------------------------
-    def _take_idle(self, key: str, deadline: float) -> Runtime | None:
+    def _take_idle(self, key: Hashable, deadline: float) -> Runtime | None:
         """An idle runtime of `key`; waits while one is being reset or no slot is free; None: start one."""
         with self._cond:
             while True:
@@ -146,7 +146,7 @@ class WarmPool:
                                         f"({self._live}/{self.max_containers} live)")
                 self._cond.wait(min(remaining, 1.0))
 
-    def _make_room_locked(self, key: str) -> bool:
+    def _make_room_locked(self, key: Hashable) -> bool:
         """True when a slot is free, closing an idle runtime of another key if that is what it takes."""
         if self._live < self.max_containers:
             return True
@@ -156,7 +156,7 @@ class WarmPool:
                 return True
         return False
 
-    def _start(self, key: str) -> Runtime:
+    def _start(self, key: Hashable) -> Runtime:
         """Make a runtime of `key` in a slot already counted in `_live` and `_busy` (by `_take_idle`/`_top_up`)."""
         try:
             runtime = self._factories[key]()
@@ -172,7 +172,7 @@ class WarmPool:
             self.stats.started += 1
         return runtime
 
-    def _reset_and_idle(self, key: str, runtime: Runtime) -> None:
+    def _reset_and_idle(self, key: Hashable, runtime: Runtime) -> None:
         started = time.monotonic()
         try:
             runtime.reset()
@@ -188,7 +188,7 @@ class WarmPool:
             self._busy[key] -= 1
         self._idle_up(key, runtime)
 
-    def _idle_up(self, key: str, runtime: Runtime) -> None:
+    def _idle_up(self, key: Hashable, runtime: Runtime) -> None:
         with self._cond:
             if self._closed or self._live > self.max_containers:  # closed, or over a bound lowered by configure()
                 self._discard_locked(runtime)
@@ -196,11 +196,11 @@ class WarmPool:
             self._idle[key].append(runtime)
             self._cond.notify_all()
 
-    def _top_up(self, key: str) -> None:
+    def _top_up(self, key: Hashable) -> None:
         with self._cond:
             self._top_up_locked(key)
 
-    def _top_up_locked(self, key: str) -> None:
+    def _top_up_locked(self, key: Hashable) -> None:
         """Start runtimes of `key` in the background until `idle_per_key` are idle or coming."""
         if self._closed or key not in self._factories:
             return
@@ -210,7 +210,7 @@ class WarmPool:
             self._busy[key] += 1
             self._workers.submit(self._start_idle, key)
 
-    def _start_idle(self, key: str) -> None:
+    def _start_idle(self, key: Hashable) -> None:
         with contextlib.suppress(Exception):  # a failed warm start costs nothing: acquire() starts one itself
             self._idle_up(key, self._start(key))
 
@@ -231,11 +231,11 @@ class WarmPool:
         with self._cond:
             return self._live
 
-    def idle(self, key: str) -> int:
+    def idle(self, key: Hashable) -> int:
         with self._cond:
             return len(self._idle[key])
 
-    def wait_idle(self, key: str, count: int = 1, timeout: float = 60.0) -> bool:
+    def wait_idle(self, key: Hashable, count: int = 1, timeout: float = 60.0) -> bool:
         """Block until `count` runtimes of `key` are idle (reset and ready); False at the timeout."""
         with self._cond:
             return self._cond.wait_for(lambda: len(self._idle[key]) >= count, timeout=timeout)

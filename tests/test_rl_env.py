@@ -4,11 +4,14 @@ patch); its rewards are known by hand."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
 from pinpoint.environments.errors import UsageError
-from pinpoint.rl.env import EnvSettings, RepairEnv
+from pinpoint.environments.runtime import RuntimeSettings
+from pinpoint.rl.env import BoxKey, EnvSettings, RepairEnv, box_for
 from pinpoint.rl.policies import GoldPolicy, NoopPolicy
 from pinpoint.rl.rewards import precise_reward
 from pinpoint.rl.tasks import RlTask, load_tasks
@@ -127,7 +130,7 @@ def test_gold_policy_resolves_a_real_dev_row_and_a_killed_container_is_not_a_zer
         env.reset(options={"task": requests_task})
         env._episode.runtime.container.kill()  # the box dies mid-episode (as an OOM kill would)
         obs, reward, terminated, truncated, info = env.step({"name": "view", "arguments": {"path": "setup.py"}})
-        assert reward is None and terminated and "infra_failure" in info
+        assert math.isnan(reward) and truncated and not terminated and "infra_failure" in info
         assert "not usable" in info["infra_failure"] and "infrastructure failure" in obs
 
         reward, info, _ = _episode(env, requests_task, [NoopPolicy().act([])[0]])
@@ -180,3 +183,11 @@ def test_a_command_that_kills_its_own_box_is_the_models_failure(requests_task: R
         assert "infra_failure" not in info and "killed from inside" in info["model_failure"]
         reward, info, _ = _episode(env, requests_task, [NoopPolicy().act([])[0]])
         assert (reward, info["outcome"]) == (0.0, "empty_patch")
+
+
+def test_pool_keys_are_typed_values_equal_for_the_same_box(demo_task: RlTask) -> None:
+    """The warm pool matches boxes by key: the same task and settings give equal, hashable keys (no text to parse)."""
+    key = box_for(demo_task, RuntimeSettings()).key
+    assert isinstance(key, BoxKey) and key == box_for(demo_task, RuntimeSettings()).key
+    assert {key: 1}[box_for(demo_task, RuntimeSettings()).key] == 1 and not key.grading
+    assert key != dataclasses.replace(key, grading=True)
