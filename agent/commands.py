@@ -68,9 +68,12 @@ def _fresh_arg(parser: argparse.ArgumentParser) -> None:
 ENV_SETTINGS = {"OPENAI_BASE_URL": "llm.base_url", "PINPOINT_MODEL": "llm.model"}
 ENV_HELP = ("environment: OPENAI_BASE_URL (the endpoint; unset: the embedded model), OPENAI_API_KEY (its key), "
             "PINPOINT_MODEL (the model name; unset: the server's first model), PINPOINT_RUNS (the runs root); "
-            "below them, the user config $XDG_CONFIG_HOME/pinpoint/config.yaml (pinpoint config init). "
-            "Exit codes: 0 a patch, 1 no patch (or an unexpected error: --debug shows its traceback), 2 bad input "
-            "or an infrastructure failure.")
+            "below them, the user config $XDG_CONFIG_HOME/pinpoint/config.yaml (pinpoint config init). ")
+EXIT_HELP = ("Exit codes: 0 a patch, 1 no patch (or an unexpected error: --debug shows its traceback), 2 bad input "
+             "or an infrastructure failure.")
+BATCH_EXIT_HELP = ("Exit codes: 0 every task ended, with a patch or without; 1 a task failed (its own error, or its "
+                   "infrastructure: a rerun retries it) or an unexpected error (--debug shows its traceback); 2 bad "
+                   "input.")
 
 
 def config_from_args(args: argparse.Namespace, defaults: dict | None = None) -> Config:
@@ -322,7 +325,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    run = add_command(subparsers, "run", "repair one SWE-bench instance in its container", RUN_EXAMPLES, ENV_HELP)
+    run = add_command(subparsers, "run", "repair one SWE-bench instance in its container", RUN_EXAMPLES,
+                      ENV_HELP + EXIT_HELP)
     run.add_argument("instance_id", help="the SWE-bench instance id")
     dataset_args(run, many=False)
     run.add_argument("--evaluate", action="store_true", help="grade the patch with the official harness logic")
@@ -332,7 +336,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.set_defaults(func=_cmd_run)
 
     batch = add_command(subparsers, "batch", "repair many instances; resumable; appends to preds.jsonl",
-                        BATCH_EXAMPLES, ENV_HELP)
+                        BATCH_EXAMPLES, ENV_HELP + BATCH_EXIT_HELP)
     dataset_args(batch)
     batch.add_argument("-n", "--limit", type=int, help="at most this many instances")
     batch.add_argument("--tasks", type=Path, metavar="FILE", help="JSONL of local tasks {instance_id, "
@@ -382,7 +386,8 @@ pinpoint fix ~/src/app --issue issue.md --local --branch pinpoint/fix-42 --set b
 
 def _fix_parser(subparsers: argparse._SubParsersAction) -> None:
     """`pinpoint fix`'s arguments."""
-    fix = add_command(subparsers, "fix", "repair your own repository from an issue", FIX_EXAMPLES, ENV_HELP)
+    fix = add_command(subparsers, "fix", "repair your own repository from an issue", FIX_EXAMPLES,
+                      ENV_HELP + EXIT_HELP)
     fix.add_argument("repo", help="local repository path or git URL")
     fix.add_argument("--issue", required=True, help="a text file, a `gh issue view N --json title,body` export, "
                      "a GitHub issue URL or OWNER/REPO#N (GITHUB_TOKEN or GH_TOKEN for private ones)")
