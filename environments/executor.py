@@ -456,8 +456,9 @@ class RayExecutor:
         it is TaskLost; the lost instance's boxes are reaped on its engine once a node using it is alive."""
         items = list(items)
         self._fits(needs)
+        # SPREAD: Ray would pack the actors on the driver's node while it has room, leaving other nodes idle
         options: dict[str, Any] = {"num_cpus": needs.cpus, "max_concurrency": max(1, concurrency),
-                                   "max_restarts": self.retries, "max_task_retries": 0}
+                                   "max_restarts": self.retries, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
         if needs.docker:
             options["resources"] = {"docker": needs.docker}
         remote = self.ray.remote(**options)(_Host)

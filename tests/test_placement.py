@@ -1,0 +1,42 @@
+"""`run_on_workers` (what `rl rollout --backend ray` runs on) spreads its actors over the nodes that have room,
+instead of packing them on the node the driver joined: a real Ray cluster of two nodes on this machine (two raylets,
+`ray.cluster_utils.Cluster`), each offering room for several boxes."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+class WhereAmI:
+    """The worker object of each actor: says which Ray node it runs on."""
+
+    def run(self, key: str) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+def test_two_workers_with_one_box_each_land_on_two_nodes(monkeypatch) -> None:
+    import ray
+    from pinpoint.environments.executor import Item, Needs, RayExecutor
+    from ray.cluster_utils import Cluster
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"docker": 4}})
+    try:
+        cluster.add_node(num_cpus=2, resources={"docker": 4})
+        cluster.wait_for_nodes()
+        with RayExecutor(cluster.address) as executor:
+            assert len(executor.nodes) == 2
+            items = [Item(f"task-{i}", (f"task-{i}",), group=f"task-{i}") for i in range(2)]
+            outcomes = list(executor.run_on_workers(WhereAmI, (), items, workers=2, needs=Needs(cpus=0, docker=1)))
+        assert all(o.error is None for o in outcomes), [o.error for o in outcomes]
+        assert len({o.value for o in outcomes}) == 2, "both workers ran on one node"
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
