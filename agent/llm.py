@@ -53,6 +53,11 @@ class LLMBadResponse(LLMError):
     """The endpoint answered, but with nothing usable (no choices, not JSON, no message)."""
 
 
+class LLMGarbledReply(LLMBadResponse):
+    """A 200 whose body is not a JSON object (a proxy's error page, a cut connection): transient like a 500, so
+    retried like one."""
+
+
 class LLMContextLengthExceeded(LLMError):
     """The prompt does not fit the model's context window: shorten the history and ask again."""
 
@@ -204,7 +209,17 @@ class LLMClient:
                     state = "set" if os.environ.get(self.config.api_key_env) else "NOT set"
                     hint = f" (the key is read from ${self.config.api_key_env}, which is {state})"
                 raise LLMError(f"{self._where()}: HTTP {exc.status_code}: {_error_text(exc)}{hint}") from exc
-            return self._response(body, tools, time.monotonic() - started)
+            try:
+                return self._response(body, tools, time.monotonic() - started)
+            except LLMGarbledReply as exc:
+                if attempt >= self.config.max_retries:
+                    raise
+                delay = self._backoff(attempt, exc)
+                log.warning("%s; retry %d/%d in %.1fs", exc, attempt + 1, self.config.max_retries, delay)
+                attempt += 1
+                with self._lock:
+                    self._usage.retries += 1
+                time.sleep(delay)
 
     # -- request building ---------------------------------------------------------------------------------------
 
@@ -277,9 +292,9 @@ class LLMClient:
         try:
             data = json.loads(body)
         except (json.JSONDecodeError, TypeError) as exc:
-            raise LLMBadResponse(f"{self._where()}: reply is not JSON: {clip(str(body))!r}") from exc
+            raise LLMGarbledReply(f"{self._where()}: reply is not JSON: {clip(str(body))!r}") from exc
         if not isinstance(data, dict):
-            raise LLMBadResponse(f"{self._where()}: reply is not a JSON object: {clip(body)!r}")
+            raise LLMGarbledReply(f"{self._where()}: reply is not a JSON object: {clip(body)!r}")
         if "error" in data and not data.get("choices"):
             raise LLMError(f"{self._where()}: server reported an error: {clip(json.dumps(data['error']))}")
         choices = data.get("choices")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -18,6 +19,8 @@ from pinpoint.tools.run_tests import TestRun, run_tests
 
 #: seconds the endpoint gets to list its models; a live server answers in milliseconds
 ENDPOINT_TIMEOUT_S = 5.0
+#: the interpreter's words for an import that failed: the tests need a module the environment lacks
+_MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
 #: the model name a run carries when nobody named one (LLMConfig's default, the embedded model)
 DEFAULT_MODEL = LLMConfig.model
 
@@ -62,19 +65,23 @@ def dirty_paths(repo: str) -> list[str]:
     return [line[3:] for line in proc.stdout.splitlines() if line.strip()]
 
 
-def check_test_command(runtime: Runtime, command: str, timeout: float) -> TestRun:
+def check_test_command(runtime: Runtime, command: str, timeout: float, hint: str = "") -> TestRun:
     """The test command's run on HEAD; PreflightError when it tests nothing (not found, not executable, pytest
-    interrupted by a collection error, a usage error, no tests collected): that is a misconfigured command, and a
-    run judged by it would chase a failure the code does not have."""
+    interrupted by a collection error, a usage error, no tests collected, a module it needs missing before any
+    test ran): that is a misconfigured command, and a run judged by it would chase a failure the code does not
+    have. `hint` says what to do when a module is missing (test dependencies, --offline)."""
     run = run_tests(runtime, command, timeout)
-    problem = run.misconfiguration()
+    missing = _MISSING_MODULE.search(run.output)
+    problem = run.misconfiguration() or (f"no module named {missing.group(1)!r}"
+                                         if missing and not run.ok and run.counts is None else None)
     if problem is None:
         return run
     lines = [line.strip() for line in run.output.splitlines() if line.strip()]
     telling = next((line for line in reversed(lines) if "Error" in line or "not found" in line), "")
-    hint = f": {telling[:200]}" if telling else ""
-    raise PreflightError(f"--test-cmd {command!r} is misconfigured: on HEAD it tests nothing ({problem}){hint}; "
-                         "try the command in your repository and fix it")
+    detail = f": {telling[:200]}" if telling else ""
+    todo = hint if missing and hint else "try the command in your repository and fix it"
+    raise PreflightError(f"--test-cmd {command!r} is misconfigured: on HEAD it tests nothing ({problem}){detail}; "
+                         f"{todo}")
 
 
 def check_imports(runtime: Runtime, workdir: str, command: str) -> None:

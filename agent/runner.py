@@ -8,14 +8,16 @@ run's result without redoing it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pinpoint.agent.config import Config
 from pinpoint.agent.context import AgentContext
@@ -41,10 +43,33 @@ RECURSION_LIMIT = 100_000  # budgets end runs; LangGraph's own step cap must nev
 #: statuses of a run ended by its infrastructure (the endpoint, the container), not by the model: a rerun retries
 #: the failing step instead of reporting the run as done, and no prediction is written for it
 INFRA_STATUSES = ("llm_error", "runtime_error")
+#: the lock file in a run folder held by the process running it (`hold_run_folder`)
+RUN_LOCK = "run.lock"
 
 
 class RunInterrupted(PinpointError, RuntimeError):
     """A run ended by an infrastructure failure; its trajectory and checkpoint are kept and a rerun resumes it."""
+
+
+class RunFolderBusy(PinpointError, RuntimeError):
+    """Another process holds the run folder: two writers would make every model call twice into one thread."""
+
+
+@contextlib.contextmanager
+def hold_run_folder(run_dir: Path) -> Iterator[None]:
+    """Hold `run_dir` for this process (an OS lock on `run.lock` in it, gone with the process however it ends);
+    RunFolderBusy at once when another process holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(run_dir / RUN_LOCK), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunFolderBusy(f"another pinpoint process is running this run in {run_dir}; wait for it to end (the "
+                            "same command then returns or resumes its result)") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass

@@ -58,9 +58,11 @@ class LocalRuntime(GitWorktreeRuntime):
     """A fresh clone of `source` at `base_commit` in a temporary folder; `close()` deletes it."""
 
     def __init__(self, source: str | os.PathLike, base_commit: str | None = None, *,
-                 checkout_first_on_path: bool = False) -> None:
+                 checkout_first_on_path: bool = False, extra_files: dict[str, bytes] | None = None) -> None:
         """`checkout_first_on_path`: put the clone (and its `src/`) first on PYTHONPATH of every command, so tests
-        import the code under repair even when the caller's environment points at the user's own checkout."""
+        import the code under repair even when the caller's environment points at the user's own checkout.
+        `extra_files` ({path: content}) are written into the clone before its base state is recorded, so they
+        survive every reset (files a build generates, which git ignores)."""
         self._root = str(process_tempdir("pinpoint-local-"))
         # deleted at close(), or when the runtime is garbage-collected / the interpreter exits without close();
         # after a SIGKILL, by the next LocalRuntime (`process_tempdir`)
@@ -74,6 +76,9 @@ class LocalRuntime(GitWorktreeRuntime):
             self._env["PYTHONPATH"] = os.pathsep.join(e for e in entries if e)
         try:
             clone_checkout(source, self.workdir, base_commit)
+            for path, content in (extra_files or {}).items():
+                self._path(path).parent.mkdir(parents=True, exist_ok=True)
+                self._path(path).write_bytes(content)
             self._snapshot()
         except BaseException:
             self.close()

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
 from pinpoint.environments import paths
+from pinpoint.environments.errors import UsageError
 from pinpoint.environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
 from pinpoint.environments.local import clone_checkout
+from pinpoint.environments.project_deps import TestDeps
 
 REPO_WORKDIR = "/testbed"
 VENV = "/opt/venv"
@@ -28,13 +32,45 @@ python3 -m venv {VENV}
 """
 
 
+def install_script(deps: TestDeps, workdir: str = REPO_WORKDIR, venv: str = VENV, python: str = "python3") -> str:
+    """The one recipe that installs a team's repository as its own files say: a venv, every requirement file, the
+    project editable with its test extras, its test groups, and pytest. Each step may fail (offline, a private
+    index) without stopping the next; the editable install falls back to no extras, then to no downloads. A
+    container image runs it at `/testbed`; with `--local` the user's own environment runs the tests, and a
+    missing test dependency is answered with `pip_command` of the same dependencies."""
+    pip = f"{shlex.quote(venv)}/bin/pip --disable-pip-version-check"
+    lines = [f"cd {shlex.quote(workdir)}", f"{python} -m venv {shlex.quote(venv)}", f'PIP="{pip}"']
+    for name in deps.files:
+        quoted = shlex.quote(name)
+        lines.append(f'$PIP install -r {quoted} || echo "pinpoint: could not install {name} (offline?)"')
+    target = shlex.quote(f".[{','.join(deps.extras)}]") if deps.extras else "."
+    lines += ["if [ -f pyproject.toml ] || [ -f setup.py ]; then",
+              f"  $PIP install -e {target} || $PIP install -e . || $PIP install --no-deps --no-build-isolation "
+              '--no-index -e . || echo "pinpoint: no install"', "fi"]
+    if deps.requirements:
+        words = " ".join(shlex.quote(r) for r in deps.requirements)
+        lines.append(f"$PIP install {words} || for r in {words}; do $PIP install \"$r\" || "
+                     'echo "pinpoint: could not install $r"; done')
+    lines.append('$PIP install pytest || echo "pinpoint: pytest not installed (offline?)"')
+    return "\n".join(lines) + "\n"
+
+
+def pip_command(deps: TestDeps, python: str = "python") -> str:
+    """The one pip command that installs the project editable with its test dependencies (what `install_script`
+    does, for a user's own environment)."""
+    target = shlex.quote(f".[{','.join(deps.extras)}]") if deps.extras else "."
+    words = "".join(f" {shlex.quote(r)}" for r in deps.requirements)
+    files = "".join(f" -r {shlex.quote(f)}" for f in deps.files)
+    return f"{python} -m pip install -e {target}{words}{files} pytest"
+
+
 def extract_git_tar(archive: Path, target: Path) -> Path:
     """The bare repository in `archive` (a tar of one `<name>.git` folder), extracted once to `target`.
 
     Extraction goes to a temporary folder beside `target` and is renamed into place, under a lock, so concurrent
     callers and a killed extraction never leave a half-written repository."""
     if not archive.is_file():
-        raise FileNotFoundError(f"{archive} is missing: the shared data must sit at {paths.shared_data()} "
+        raise UsageError(f"{archive} is missing: the shared data must sit at {paths.shared_data()} "
                                 "(or set PINPOINT_SHARED_DATA / PINPOINT_REPOS_DIR)")
     with file_lock(f"extract-{target}"):
         if not (target / "HEAD").exists():
@@ -58,8 +94,19 @@ def extract_shared_repo(name: str, dest: str | os.PathLike | None = None) -> Pat
     return extract_git_tar(paths.repos_dir() / f"{name}.git.tar", target / f"{name}.git")
 
 
+def repo_name(source: str | os.PathLike) -> str:
+    """The repository's name as a person knows it: the folder's own name (`.` resolved first) or the URL's last
+    part, without `.git`."""
+    text = str(source).rstrip("/")
+    path = Path(text)
+    if "://" not in text and not text.startswith("git@") and path.exists():
+        path = path.resolve()
+    return path.name.removesuffix(".git") or "repo"
+
+
 def repo_image_tag(source: str | os.PathLike, commit: str, python_version: str, script: str) -> str:
-    name = Path(str(source).rstrip("/")).name.removesuffix(".git").lower()
+    """`pinpoint/repo:<name>-<commit>-py<version>-<recipe>`, the name cut to what a Docker tag allows."""
+    name = re.sub(r"[^a-z0-9_.-]+", "-", repo_name(source).lower()).strip(".-")[:60] or "repo"
     recipe = hashlib.sha256(script.encode()).hexdigest()[:8]
     return f"pinpoint/repo:{name}-{commit[:12]}-py{python_version}-{recipe}"
 
@@ -90,7 +137,7 @@ def build_repo_image(
             sha = clone_checkout(source, checkout, commit)
             commit_build_step(
                 base, script, tag, network=network, copy_in={checkout: REPO_WORKDIR},
-                labels={"pinpoint.repo": Path(str(source)).name, "pinpoint.commit": sha,
+                labels={"pinpoint.repo": repo_name(source), "pinpoint.commit": sha,
                         "pinpoint.python": python_version},
                 changes=[f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                          f"WORKDIR {REPO_WORKDIR}"],

@@ -196,7 +196,8 @@ def test_malformed_tool_call_arguments_yield_parse_error():
     (garbage_reply("<html>502 Bad Gateway</html>"), "reply is not JSON"),
 ])
 def test_unusable_replies_raise_bad_response(step, message):
-    with FakeScriptedLLMServer([step]) as fake, pytest.raises(LLMBadResponse, match=message):
+    """A garbled reply is retried like a 500 (the server answers the same every time here)."""
+    with FakeScriptedLLMServer([step], default=step) as fake, pytest.raises(LLMBadResponse, match=message):
         client_for(fake).complete(ASK)
 
 

@@ -1,0 +1,175 @@
+"""What a Python project declares its tests need, read from its own files at one commit: the `test`/`tests`/
+`testing` extras (`dev` when none of those exists), PEP 735 dependency groups, Poetry and PDM development groups,
+tox's test dependencies and its requirement files. A team's suite imports its pytest plugins and fixtures'
+libraries from these; installing only the runtime dependencies makes a healthy suite look misconfigured."""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import re
+import subprocess
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pinpoint.environments.errors import UsageError
+
+#: the names projects give their test dependencies, tried in this order; `dev` only when none of them exists
+TEST_NAMES = ("test", "tests", "testing")
+FALLBACK_NAMES = ("dev",)
+#: a requirement file at the root (`requirements.txt`, `requirements-dev.txt`, `test-requirements.txt`)
+_REQUIREMENTS_FILE = re.compile(r"^[\w.-]*requirements[\w.-]*\.txt$")
+_SETUP_PY_EXTRA = re.compile(r"""["']([A-Za-z0-9_.-]+)["']\s*:""")
+
+
+class ProjectFiles:
+    """The project's files as committed: `git show` / `git ls-tree` on `source` at `commit`, so uncommitted or
+    ignored files never change what is installed."""
+
+    def __init__(self, source: str | Path, commit: str) -> None:
+        self.source, self.commit = str(source), commit
+
+    def read(self, path: str) -> str | None:
+        proc = subprocess.run(["git", "-C", self.source, "show", f"{self.commit}:{path}"], capture_output=True)
+        return proc.stdout.decode("utf-8", errors="replace") if proc.returncode == 0 else None
+
+    def names(self, folder: str = "") -> list[str]:
+        """File names directly in `folder` ('' the root)."""
+        spec = f"{self.commit}:{folder}" if folder else self.commit
+        proc = subprocess.run(["git", "-C", self.source, "ls-tree", "--name-only", spec], capture_output=True,
+                              text=True)
+        return proc.stdout.split() if proc.returncode == 0 else []
+
+
+@dataclass(frozen=True)
+class TestDeps:
+    """The test dependencies to install: extras of the project itself, plain requirements (groups, tox deps) and
+    requirement files, each with where it was found (`found`, for the notice a user reads)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    extras: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    found: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return "; ".join(self.found) or "none declared"
+
+
+def find_test_deps(files: ProjectFiles, extras: Sequence[str] | None = None,
+                   groups: Sequence[str] | None = None) -> TestDeps:
+    """The project's test dependencies; `extras` / `groups` name them instead of the conventional names (a name
+    the project does not declare is a UsageError listing what it has)."""
+    pyproject = _toml(files.read("pyproject.toml"))
+    declared_extras = _declared_extras(files, pyproject)
+    chosen_extras = _choose(declared_extras, extras, "--extras", "extra")
+    declared_groups = _declared_groups(pyproject)
+    chosen_groups = _choose(list(declared_groups), groups, "--group", "dependency group")
+    requirements = [r for g in chosen_groups for r in declared_groups[g]]
+    found = [f"extras {','.join(chosen_extras)}"] if chosen_extras else []
+    found += [f"group {g}" for g in chosen_groups]
+    tox_extras, tox_requirements, tox_files = _tox(files.read("tox.ini"))
+    chosen_extras += [e for e in tox_extras if e in declared_extras and e not in chosen_extras]
+    requirements += tox_requirements
+    if tox_requirements or tox_extras or tox_files:
+        found.append("tox.ini [testenv]")
+    listed = sorted(n for n in files.names() if _REQUIREMENTS_FILE.match(n))
+    listed += [f"requirements/{n}" for n in sorted(files.names("requirements")) if n.endswith(".txt")]
+    req_files = list(dict.fromkeys(listed + [f for f in tox_files if files.read(f) is not None]))
+    found += req_files
+    return TestDeps(tuple(chosen_extras), tuple(dict.fromkeys(requirements)), tuple(req_files), tuple(found))
+
+
+def _toml(text: str | None) -> dict:
+    try:
+        return tomllib.loads(text) if text else {}
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
+def _choose(declared: list[str], asked: Sequence[str] | None, flag: str, what: str) -> list[str]:
+    """The names asked for (each must be declared), else the conventional test names the project has."""
+    if asked:
+        missing = [name for name in asked if name not in declared]
+        if missing:
+            have = ", ".join(declared) or "none"
+            raise UsageError(f"{flag} {','.join(missing)}: the project declares no such {what} (it has: {have})")
+        return list(asked)
+    return [n for n in TEST_NAMES if n in declared] or [n for n in FALLBACK_NAMES if n in declared]
+
+
+def _declared_extras(files: ProjectFiles, pyproject: dict) -> list[str]:
+    """Extras from pyproject's [project.optional-dependencies], setup.cfg's [options.extras_require] or the
+    quoted keys of setup.py's `extras_require` (a best effort: setup.py is code)."""
+    names = list(pyproject.get("project", {}).get("optional-dependencies", {}))
+    cfg = configparser.ConfigParser(interpolation=None)
+    with contextlib.suppress(configparser.Error):
+        cfg.read_string(files.read("setup.cfg") or "")
+    if cfg.has_section("options.extras_require"):
+        names += cfg.options("options.extras_require")
+    setup_py = files.read("setup.py") or ""
+    block = re.search(r"extras_require\s*=\s*(\{.*?\})", setup_py, re.S)
+    if block:
+        names += _SETUP_PY_EXTRA.findall(block.group(1))
+    return list(dict.fromkeys(names))
+
+
+def _declared_groups(pyproject: dict) -> dict[str, list[str]]:
+    """Requirements of every development group: PEP 735 [dependency-groups] (with include-group), PDM's
+    [tool.pdm.dev-dependencies] and Poetry's groups (names only: Poetry's version syntax is not PEP 508)."""
+    groups: dict[str, list[str]] = {}
+    pep735 = pyproject.get("dependency-groups", {})
+    for name in pep735:
+        groups[name] = _resolve_group(pep735, name, set())
+    for name, reqs in pyproject.get("tool", {}).get("pdm", {}).get("dev-dependencies", {}).items():
+        groups.setdefault(name, [r for r in reqs if isinstance(r, str) and not r.startswith("-e")])
+    poetry = pyproject.get("tool", {}).get("poetry", {})
+    for name, table in poetry.get("group", {}).items():
+        groups.setdefault(name, _poetry_names(table.get("dependencies", {})))
+    if poetry.get("dev-dependencies"):
+        groups.setdefault("dev", _poetry_names(poetry["dev-dependencies"]))
+    return groups
+
+
+def _resolve_group(table: dict, name: str, seen: set[str]) -> list[str]:
+    if name in seen:
+        return []
+    seen.add(name)
+    out: list[str] = []
+    for item in table.get(name, []):
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict) and item.get("include-group") in table:
+            out += _resolve_group(table, item["include-group"], seen)
+    return out
+
+
+def _poetry_names(deps: dict) -> list[str]:
+    return [name for name in deps if name.lower() != "python"]
+
+
+def _tox(text: str | None) -> tuple[list[str], list[str], list[str]]:
+    """(extras, requirements, requirement files) of tox.ini's [testenv]; lines with tox substitutions skipped."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    try:
+        cfg.read_string(text or "")
+    except configparser.Error:
+        return [], [], []
+    if not cfg.has_section("testenv"):
+        return [], [], []
+    extras = [e.strip() for line in _lines(cfg.get("testenv", "extras", fallback=""))
+              for e in line.split(",") if e.strip()]
+    requirements, req_files = [], []
+    for line in _lines(cfg.get("testenv", "deps", fallback="")):
+        if line.startswith("-r"):
+            req_files.append(line[2:].strip())
+        elif not line.startswith("-") and "{" not in line and ":" not in line.split(";")[0]:
+            requirements.append(line)
+    return extras, requirements, req_files
+
+
+def _lines(value: str) -> list[str]:
+    return [line.split("#")[0].strip() for line in value.splitlines() if line.split("#")[0].strip()]
