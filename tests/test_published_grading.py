@@ -120,7 +120,7 @@ AGREEING_ROWS = [
     FLASK,
     "sphinx-doc__sphinx-8721",  # its patch needs `git apply --3way`, which a stale index refused
     "mwaskom__seaborn-3069",  # a binary hunk: only GNU patch, the chain's last step, applies the rest
-    "sympy__sympy-14531",  # `test_settings` is defined in two of the test files run
+    "sympy__sympy-14248",  # a test name in two of the files run fails in one, passes in the other: the last wins
     "psf__requests-1724",  # its tests call httpbin.org: network-bound here, named apart
 ]
 
@@ -138,6 +138,16 @@ def test_a_published_row_grades_as_the_official_harness_graded_it(instance_id, t
         assert all(s == "official success, pinpoint failure" for s in row["network"].values())
     else:
         assert row["agrees"] and not row["network"], row
+    if instance_id == "mwaskom__seaborn-3069":  # applied by GNU patch, the one step that skips the binary hunk
+        assert "patching file test_plot.png" in (_eval_dir(tmp_path, instance_id) / "apply_patch.txt").read_text()
+    if instance_id == "sympy__sympy-14248":  # named for audit, not judged
+        report = json.loads((_eval_dir(tmp_path, instance_id) / "report.json").read_text())[instance_id]
+        assert report["pinpoint"]["tampering"]["conflicting"] == ["test_MatrixSymbol_printing"]
+
+
+def _eval_dir(root: Path, instance_id: str) -> Path:
+    (folder,) = root.glob(f"published-*/*/eval/{instance_id}")
+    return folder
 
 
 @pytest.mark.docker
