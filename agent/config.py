@@ -46,12 +46,13 @@ class SearchSection:
     policy: Literal["none", "candidates", "flare", "bester", "flare+bester", "candidates+flare",
                     "candidates+bester", "candidates+flare+bester"] = "candidates+flare"
     #: edit candidates: test runs and seconds at most, how many of them are pairs of edits, how many plausible
-    #: patches to collect before choosing the smallest, and their order ("likelihood" scores every candidate with the
-    #: embedded model first: about a minute per function on 2 CPUs, so "rank" by default)
+    #: patches to collect before choosing (the smallest, then the likeliest to the embedded model), and their order
+    #: ("likelihood" scores every candidate with the embedded model first: about a minute per function on 2 CPUs,
+    #: so "rank" by default: suspect rank, then the edit kind)
     candidate_runs: int = 60
     candidate_seconds: float = 300.0
     candidate_pairs: int = 10
-    plausible: int = 1
+    plausible: int = 3
     candidate_order: Literal["rank", "likelihood"] = "rank"
     #: FLARE: candidates per round (one per top-k suspicious line) and rounds
     k: int = 10

@@ -262,7 +262,9 @@ class CandidateBudget:
     seconds: float = 300.0
     pairs: int = 10
     lines: int = 10
-    plausible: int = 1
+    plausible: int = 3
+    #: "likelihood": every candidate scored by the model before the search; "rank": only plausible ones, to choose
+    order: str = "rank"
 
 
 def focused_command(runtime: Runtime, command: str, failing: list[str]) -> str | None:
@@ -288,7 +290,7 @@ def candidate_search(runtime: Runtime, problem: str, start: Node, suspects: list
     targets = [(path, line) for path, line, _ in top_lines(suspects, budget.lines)]
     files = {p: t for p in dict.fromkeys(p for p, _ in targets) if (t := runner.file_at(start.patch, p)) is not None}
     queue = candidates.single_candidates(files, [t for t in targets if t[0] in files])
-    if scorer is not None:
+    if scorer is not None and budget.order == "likelihood":
         queue = candidates.with_likelihood(queue, scorer, problem)
     queue = candidates.ordered(queue)
     queue = queue[: max(0, budget.runs - budget.pairs)] + candidates.pair_candidates(queue, budget.pairs)
@@ -304,8 +306,21 @@ def candidate_search(runtime: Runtime, problem: str, start: Node, suspects: list
             runner.records[-1]["seconds_to_plausible"] = round(time.monotonic() - started, 3)
     if not plausible:
         return SearchResult(start, False, runner.records)
+    return SearchResult(_survivor(plausible, runner.records, scorer, problem), True, runner.records)
+
+
+def _survivor(plausible: list[tuple[Candidate, Node]], records: list[dict], scorer: LocalScorer | None,
+              problem: str) -> Node:
+    """The plausible patch to keep: the smallest edit, then the one the model finds most natural (a patch that
+    only games a weak test is rarely the likeliest code); only the few plausible ones are scored."""
+    if scorer is not None and len(plausible) > 1 and any(c.gain is None for c, _ in plausible):
+        scored = candidates.with_likelihood([c for c, _ in plausible], scorer, problem)
+        plausible = [(c, node) for c, (_, node) in zip(scored, plausible, strict=True)]
+        for c, node in plausible:
+            record = next(r for r in records if r.get("patch") == node.patch)
+            record["gain"] = c.gain
     _, best = min(plausible, key=lambda cn: (cn[0].size, -(cn[0].gain or 0.0)))
-    return SearchResult(best, True, runner.records)
+    return best
 
 
 def run_candidates(runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], test_command: str,
@@ -313,11 +328,15 @@ def run_candidates(runtime: Runtime, problem: str, start: Node, suspects: list[S
     """The candidate search as the agent configures it (`search.candidate_*`); the embedded model scores the
     candidates only when `search.candidate_order` asks for it and its package is installed."""
     budget = CandidateBudget(settings.candidate_runs, settings.candidate_seconds, settings.candidate_pairs,
-                             settings.k, settings.plausible)
-    scorer = None
-    if settings.candidate_order == "likelihood" and importlib.util.find_spec(GGUF_PACKAGE) is not None:
-        from pinpoint.localization.scorer import LocalScorer
-
-        scorer = LocalScorer()
+                             settings.k, settings.plausible, settings.candidate_order)
     return candidate_search(runtime, problem, start, suspects, test_command=test_command,
-                            timeout=hang_bound(start.outcome, cap_s), budget=budget, scorer=scorer)
+                            timeout=hang_bound(start.outcome, cap_s), budget=budget, scorer=embedded_scorer())
+
+
+def embedded_scorer() -> LocalScorer | None:
+    """The embedded model as a scorer of code (it loads on first use), or None when its package is not installed."""
+    if importlib.util.find_spec(GGUF_PACKAGE) is None:
+        return None
+    from pinpoint.localization.scorer import LocalScorer
+
+    return LocalScorer()

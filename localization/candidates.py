@@ -26,8 +26,9 @@ KIND_PRIOR = {"other_operator": 0, "number_one_off": 1, "index_one_off": 1, "mis
               "plain_assignment": 2, "drop_method_call": 3, "unwrap_call": 3, "drop_element": 3, "drop_statement": 4}
 #: how many places in the likelihood order one step down the suspect list costs
 LINE_WEIGHT = 2.0
-#: singles whose pairs are tried (the pairs of the best few, best first)
-PAIR_POOL = 12
+#: pairs are made of each suspect line's best few singles, on the best few lines
+PAIR_PER_LINE = 4
+PAIR_LINES = 4
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,14 @@ def single_candidates(files: dict[str, str], targets: Sequence[tuple[str, int]])
 
 def pair_candidates(ordered: Sequence[Candidate], limit: int) -> list[Candidate]:
     """Up to `limit` two-edit candidates from the best singles: same unit, different lines, best pairs first."""
-    pool = [c for c in ordered if c.source == "edit"][:PAIR_POOL]
+    per_line: dict[tuple[str, tuple[int, ...]], int] = {}
+    pool = []
+    for c in ordered:
+        key = (c.path, c.lines)
+        if c.source == "edit" and per_line.get(key, 0) < PAIR_PER_LINE and (key in per_line or
+                                                                             len(per_line) < PAIR_LINES):
+            per_line[key] = per_line.get(key, 0) + 1
+            pool.append(c)
     pairs = sorted(((i, j) for i in range(len(pool)) for j in range(i + 1, len(pool))), key=lambda ij: (sum(ij), ij))
     out: list[Candidate] = []
     for i, j in pairs:

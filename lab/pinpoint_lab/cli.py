@@ -11,7 +11,7 @@ import sys
 
 from pinpoint.environments.cli import run_guarded
 
-from pinpoint_lab import suites_cli
+from pinpoint_lab import repair_cli, suites_cli
 from pinpoint_lab.localization import cli as localization_cli
 from pinpoint_lab.paths import use_dev_data
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_commands = train.add_subparsers(dest="train_command", metavar="COMMAND", required=True)
     localization_cli.register(bench_commands, train_commands)
     suites_cli.register(bench_commands)
+    repair_cli.register(bench_commands)
     return parser
 
 

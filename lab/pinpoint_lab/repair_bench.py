@@ -34,6 +34,7 @@ from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization.failing_tests import pytest_selection
 from pinpoint.localization.fusion import top_lines
 from pinpoint.localization.retrieval import is_test_path
+from pinpoint.localization.scorer import LocalScorer
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 from pinpoint.swebench_eval.patches import apply_patch
 from pinpoint.tools.run_tests import hang_bound
@@ -139,9 +140,10 @@ def suspects_of(runtime: LocalRuntime, task: Task, config: Config, failure: str)
     return [s for s in fused if not is_test_path(s.path)]
 
 
-def run_bug(row: dict, arm: str, config: Config, work: Path, ask: Ask | None = None) -> BugResult:
+def run_bug(row: dict, arm: str, config: Config, work: Path, ask: Ask | None = None,
+            scorer: LocalScorer | None = None) -> BugResult:
     """One arm on one bug in a fresh repository; the final patch judged by the bug's tests and its reference.
-    `ask` is the model for the llm arm (its calls are counted)."""
+    `ask` is the model for the llm arm (its calls are counted); `scorer` ranks the candidates' plausible patches."""
     started = time.monotonic()
     task = bug_repo(work / "repo", row)
     command = script_command(row["entry_point"])
@@ -158,10 +160,11 @@ def run_bug(row: dict, arm: str, config: Config, work: Path, ask: Ask | None = N
 
         timeout = hang_bound(start.outcome, config.agent.test_timeout_s)
         if arm == "candidates":
-            budget = CandidateBudget(lines=config.search.k, runs=config.search.candidate_runs,
-                                     pairs=config.search.candidate_pairs)
+            budget = CandidateBudget(config.search.candidate_runs, config.search.candidate_seconds,
+                                     config.search.candidate_pairs, config.search.k, config.search.plausible,
+                                     config.search.candidate_order)
             found = candidate_search(runtime, task.problem_statement, start, suspects, test_command=command,
-                                     timeout=timeout, budget=budget)
+                                     timeout=timeout, budget=budget, scorer=scorer)
         else:
             found = flare_refine(counted, runtime, task.problem_statement, start, suspects, test_command=command,
                                  timeout=timeout, k=LLM_LINES, rounds=config.search.rounds,
@@ -187,7 +190,8 @@ def suspect_hit(suspects: list[Suspect], gold: set[int], k: int) -> bool:
 
 
 def bench_repair(rows: list[dict], arms: list[str], out: Path, config: Config, ask: Ask | None = None,
-                 progress: Callable[[str], None] = print) -> dict[str, list[BugResult]]:
+                 scorer: LocalScorer | None = None, progress: Callable[[str], None] = print
+                 ) -> dict[str, list[BugResult]]:
     """Each arm on each row, one JSON line per (arm, bug) in `out/rows.jsonl`; rows already there are kept."""
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "rows.jsonl"
@@ -197,7 +201,7 @@ def bench_repair(rows: list[dict], arms: list[str], out: Path, config: Config, a
             if (arm, row["task_id"]) in done:
                 continue
             with tempfile.TemporaryDirectory(prefix="pinpoint-repair-bench-") as tmp:
-                found = run_bug(row, arm, config, Path(tmp), ask)
+                found = run_bug(row, arm, config, Path(tmp), ask, scorer)
             with cache.open("a") as fh:
                 fh.write(json.dumps(asdict(found)) + "\n")
             done[(arm, found.bug)] = found
@@ -214,6 +218,7 @@ def summary(results: list[BugResult]) -> dict:
         return {"bugs": 0}
     f1 = [2 * r.precision * r.recall / (r.precision + r.recall) if r.precision + r.recall else 0.0 for r in results]
     return {"bugs": n, "plausible": sum(r.plausible for r in results) / n, "correct": sum(r.correct for r in results) / n,
+            "localized": sum(r.localized for r in results) / n,
             "edit_precision": statistics.mean(r.precision for r in results),
             "edit_recall": statistics.mean(r.recall for r in results), "edit_f1": statistics.mean(f1),
             "median_seconds": statistics.median(r.seconds for r in results),

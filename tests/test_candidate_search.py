@@ -1,0 +1,185 @@
+"""Edit candidates at the suspect lines: what they are, their order, the search's budget, failing tests first, a
+hanging candidate bounded, and a real container run where they repair a planted bug while the model talks nonsense."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_llm_server import FakeScriptedLLMServer, text
+from pinpoint.agent.search import CandidateBudget, Node, candidate_search, focused_command
+from pinpoint.agent.test_runs import run_test_command
+from pinpoint.environments.local import LocalRuntime
+from pinpoint.localization.candidates import LINE_WEIGHT, ordered, pair_candidates, single_candidates
+from pinpoint.localization.suspects import Suspect
+from pinpoint.tools.run_tests import HANG_FLOOR_S, TestRun, hang_bound
+
+CLASS_BUG = '''class Account:
+    def __init__(self):
+        self.balance = 0
+
+    def withdraw(self, amount):
+        if amount < self.balance:
+            self.balance -= amount
+        return self.balance
+'''
+
+
+def test_a_one_token_fix_inside_a_method_is_a_candidate_and_keeps_the_file_intact():
+    found = single_candidates({"bank.py": CLASS_BUG}, [("bank.py", 6)])
+    fixed = CLASS_BUG.replace("amount < self.balance", "amount <= self.balance")
+    fix = next(c for c in found if c.apply(CLASS_BUG) == fixed)
+    assert (fix.first, fix.last, fix.source, fix.kinds) == (6, 6, "edit", ("other_operator",))
+    assert fix.replacement == "        if amount <= self.balance:" and fix.size == 1
+    assert all(c.lines == (6,) for c in found)  # only the suspect line is edited
+
+
+def test_without_likelihood_the_higher_suspect_line_and_operator_edits_come_first():
+    code = "def f(a, b):\n    c = a + 1\n    return c * b\n"
+    found = ordered(single_candidates({"m.py": code}, [("m.py", 3), ("m.py", 2)]))
+    ranks = [c.rank for c in found]
+    assert ranks == sorted(ranks) and found[0].lines == (3,)
+    assert found[0].kinds == ("other_operator",)
+
+
+def test_with_likelihood_the_likeliest_edit_on_the_second_line_overtakes_most_of_the_top_line():
+    from dataclasses import replace
+
+    code = "def f(a, b):\n    c = a + 1\n    return c * b\n"
+    found = single_candidates({"m.py": code}, [("m.py", 3), ("m.py", 2)])
+    target = next(i for i, c in enumerate(found) if c.rank == 1)
+    scored = [replace(c, gain=10.0 if i == target else -float(i)) for i, c in enumerate(found)]
+    order = ordered(scored)
+    top_line = [c for c in order if c.rank == 0]
+    assert len(top_line) > LINE_WEIGHT + 1
+    # one step down the suspect list costs LINE_WEIGHT places in the likelihood order, no more
+    assert order.index(scored[target]) <= LINE_WEIGHT
+    assert order.index(scored[target]) < order.index(top_line[int(LINE_WEIGHT)])
+
+
+def test_a_pair_fixes_two_lines_no_single_edit_can():
+    code = "def f(a):\n    x = a + 1\n    y = x * 2\n    return y\n"
+    fixed = "def f(a):\n    x = a - 1\n    y = x + 2\n    return y\n"
+    singles = ordered(single_candidates({"m.py": code}, [("m.py", 2), ("m.py", 3)]))
+    assert not any(c.apply(code) == fixed for c in singles)
+    pairs = pair_candidates(singles, limit=200)
+    assert any(c.apply(code) == fixed and c.source == "pair" and c.lines == (2, 3) for c in pairs)
+    assert len(pair_candidates(singles, limit=3)) == 3
+
+
+def test_a_dropped_result_gets_a_return():
+    code = "def double(a):\n    a * 2\n"
+    found = single_candidates({"m.py": code}, [("m.py", 2)])
+    assert any(c.source == "insertion" and c.apply(code) == "def double(a):\n    return a * 2\n" for c in found)
+
+
+def _repo(path: Path, source: str, test: str) -> None:
+    (path / "tests").mkdir(parents=True)
+    (path / "calc.py").write_text(source)
+    (path / "tests" / "test_calc.py").write_text(test)
+    git = ["git", "-C", str(path), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "calc"], check=True)
+
+
+CALC = "def add(a, b):\n    return a - b\n\n\ndef neg(a):\n    return -a\n"
+CALC_TESTS = ("import sys\nsys.path.insert(0, '.')\nfrom calc import add, neg\n\n\n"
+              "def test_add():\n    assert add(2, 3) == 5\n\n\ndef test_neg():\n    assert neg(2) == -2\n\n\n"
+              "if __name__ == '__main__':\n    test_add()\n    test_neg()\n")
+
+
+def _search(runtime: LocalRuntime, command: str, budget: CandidateBudget, lines: tuple[int, ...] = (2,)):
+    start = Node("", run_test_command(runtime, command, 60))
+    suspects = [Suspect("calc.py", line, line, 1.0, "test", "planted") for line in lines]
+    return candidate_search(runtime, "add returns a wrong sum", start, suspects, test_command=command,
+                            timeout=hang_bound(start.outcome, 60), budget=budget)
+
+
+def test_the_search_runs_the_failing_test_first_and_keeps_the_plausible_patch(tmp_path):
+    _repo(tmp_path / "repo", CALC, CALC_TESTS)
+    command = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
+    with LocalRuntime(tmp_path / "repo") as runtime:
+        result = _search(runtime, command, CandidateBudget(runs=20, plausible=1))
+        assert result.improved and result.best.outcome.ok and result.best.outcome.passed == 2
+        assert "+    return a + b" in result.best.patch
+    last = result.candidates[-1]
+    assert last["focused"].endswith("tests/test_calc.py::test_add") and " tests " not in last["focused"] + " "
+    assert last["source"] == "edit" and last["edit"].startswith("calc.py:2 other_operator")
+    assert all(r["status"] == "failing tests still fail" for r in result.candidates[:-1])
+
+
+def test_the_search_stops_at_its_run_budget(tmp_path):
+    _repo(tmp_path / "repo", "def f(a, b):\n    c = a + 1\n    return c * b\n", "assert False, 'never passes'\n")
+    command = f"{sys.executable} tests/test_calc.py"
+    with LocalRuntime(tmp_path / "repo") as runtime:
+        result = _search(runtime, command, CandidateBudget(runs=3, pairs=1), lines=(2, 3))
+    assert not result.improved and len(result.candidates) == 3
+    assert [r["source"] for r in result.candidates] == ["edit", "edit", "pair"]
+
+
+def test_focused_command_replaces_the_paths_with_the_failing_ids(tmp_path):
+    _repo(tmp_path / "repo", CALC, CALC_TESTS)
+    with LocalRuntime(tmp_path / "repo") as runtime:
+        narrowed = focused_command(runtime, "python -m pytest -q -p no:cacheprovider tests", ["tests/t.py::test_x"])
+        assert narrowed == "python -m pytest -q -p no:cacheprovider tests/t.py::test_x"
+        assert focused_command(runtime, "make test", ["tests/t.py::test_x"]) is None
+        assert focused_command(runtime, "pytest tests", []) is None
+
+
+LOOPING = "def countdown(n):\n    while n != 0:\n        n -= 2\n    return n\n"
+LOOP_TEST = "import sys\nsys.path.insert(0, '.')\nfrom calc import countdown\n\nassert countdown(1) == 0\n"
+
+
+def test_a_hanging_candidate_is_a_failing_one_and_the_search_goes_on(tmp_path):
+    # countdown(1) loops forever with `-= 2`, and so do some of its candidates (`+= 2`, `*= 2`)
+    _repo(tmp_path / "repo", LOOPING, LOOP_TEST)
+    command = f"{sys.executable} tests/test_calc.py"
+    with LocalRuntime(tmp_path / "repo") as runtime:
+        start = Node("", run_test_command(runtime, command, 3))
+        assert start.outcome.timed_out and not start.outcome.ok
+        assert "a hang" in start.outcome.render()
+        result = candidate_search(runtime, "countdown never returns for odd n", start,
+                                  [Suspect("calc.py", 3, 3, 1.0, "test", "planted")], test_command=command,
+                                  timeout=3, budget=CandidateBudget(runs=20, plausible=1))
+    assert any(r.get("timed_out") for r in result.candidates)
+    assert result.improved and result.best.outcome.ok
+
+
+def test_hang_bound_follows_the_measured_suite_within_floor_and_cap():
+    run = TestRun("pytest", 0, seconds=30.0)
+    assert hang_bound(run, 600) == 150.0 and hang_bound(run, 100) == 100
+    assert hang_bound(TestRun("pytest", 0, seconds=0.1), 600) == HANG_FLOOR_S
+    assert hang_bound(TestRun("pytest", None, timed_out=True, timeout=40, seconds=40.0), 600) == 40
+
+
+@pytest.mark.docker
+def test_in_a_container_the_candidates_repair_a_planted_bug_while_the_model_answers_nonsense(tmp_path,
+                                                                                              docker_client):
+    from pinpoint.cli import main
+
+    repo = tmp_path / "team-repo"
+    _repo(repo, CALC, CALC_TESTS)
+    (repo / "requirements.txt").write_text("# no third-party dependencies\n")
+    subprocess.run(["git", "-C", str(repo), "add", "requirements.txt"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "req"],
+                   check=True)
+    issue = tmp_path / "issue.txt"
+    issue.write_text("`add` in calc.py returns a wrong sum: add(2, 3) gives -1.")
+    with FakeScriptedLLMServer(default=text("I like turtles. ```\nbanana\n```")) as fake:
+        code = main(["fix", str(repo), "--issue", str(issue), "--test-cmd", "python tests/test_calc.py",
+                     "--offline", "--branch", "pinpoint/fix", "--output", str(tmp_path / "out"),
+                     "--set", "agent.review_on_submit=false", "--set", "budget.max_steps=3",
+                     "--set", f"llm.base_url={fake.base_url}", "--set", "llm.model=fake-nonsense"])
+    assert code == 0
+    [path] = (tmp_path / "out" / "fix" / "fake-nonsense" / "trajectories").glob("*/trajectory.json")
+    trajectory = json.loads(path.read_text())
+    assert trajectory["runtime"] == "DockerRuntime" and trajectory["status"] == "submitted"
+    winner = [c for c in trajectory["candidates"] if c["ok"]]
+    assert winner and winner[0]["origin"] == "candidate" and winner[0]["source"] == "edit"
+    assert not [c for c in trajectory["candidates"] if c["origin"] != "candidate"]  # no revision was bought
+    shown = subprocess.run(["git", "-C", str(repo), "show", "pinpoint/fix"], capture_output=True, text=True)
+    assert "+    return a + b" in shown.stdout
