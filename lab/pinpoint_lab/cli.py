@@ -25,6 +25,8 @@ EXAMPLES = """examples:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pinpoint-lab", description="pinpoint's benches and trainers",
                                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error (also "
+                        "accepted after the command)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     bench = commands.add_parser("bench", help="benchmarks (figures beside a baseline from the same run)")
     bench_commands = bench.add_subparsers(dest="bench_command", metavar="COMMAND", required=True)
@@ -37,8 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one lab command; `--debug` anywhere on the line shows an unexpected error's traceback, as in `pinpoint`."""
     use_dev_data()
-    return run_guarded(build_parser().parse_args(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args([arg for arg in argv if arg != "--debug"])
+    args.debug = "--debug" in argv
+    return run_guarded(args)
 
 
 if __name__ == "__main__":
