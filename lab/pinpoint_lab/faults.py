@@ -1,4 +1,4 @@
-"""`pinpoint-lab bench rl --faults`: a GRPO-style rollout that meets faults from outside, and a driver killed mid-run.
+"""`pinpoint-lab bench faults`: a GRPO-style rollout that meets faults from outside, and a driver killed mid-run.
 
 The harness is the outside world: it builds the tasks (small local git repositories with a pytest test and a
 one-line bug, and SWE-bench rows whose boxes are docker containers), serves the embedded SmolLM2 from its own

@@ -3,7 +3,7 @@
 Per row: env and instance layer build seconds and bytes (built again under throwaway tags, so nobody's cached
 image is touched, then removed), container boot (a fresh instance box's first command), the bare test command, a
 gold grading in a fresh box. Per engine: boxes booted N at a time (throughput on container create). Per driver:
-fsynced row appends per second. Writes one JSON object (docs/scale.md says how the numbers are used).
+fsynced row appends per second. Writes one JSON object (lab/scale.md says how the numbers are used).
 
     .venv/bin/python -m pinpoint_lab.measure_scale --instances psf__requests-2931 pallets__flask-5014 --out costs.json
 """

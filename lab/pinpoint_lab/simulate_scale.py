@@ -1,7 +1,7 @@
 """A discrete-event simulation of `pinpoint eval` on a cluster: N instances x S samples graded on nodes of C cores.
 
 Fed by pinpoint_lab/scale_costs.json (per-instance seconds and MB measured here by pinpoint_lab/measure_scale.py, plus the
-documented all-repository figures). What it models, each from the code's real behaviour (docs/scale.md):
+documented all-repository figures). What it models, each from the code's real behaviour (lab/scale.md):
 
 - each sample is one task holding one `docker` slot and one CPU on its node for all of its phases;
 - a task first needs its env image, then its instance image, on its node's engine: present, built on this node
@@ -12,7 +12,7 @@ documented all-repository figures). What it models, each from the code's real be
 - dispatch: `spread` (the next task goes to any free slot, as Ray places tasks: an instance's samples land on
   different nodes) or `grouped` (an instance's samples all go to one node, the least loaded, as rollout groups).
 
-    .venv/bin/python -m pinpoint_lab.simulate_scale --nodes 4 16 64          # the docs/scale.md table
+    .venv/bin/python -m pinpoint_lab.simulate_scale --nodes 4 16 64          # the lab/scale.md table
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Instance:
 
 @dataclass(frozen=True)
 class Cluster:
-    """The machines and the rates that bound them (defaults: measured here, docs/scale.md)."""
+    """The machines and the rates that bound them (defaults: measured here, lab/scale.md)."""
 
     nodes: int
     slots: int = 16                   # `docker` slots per node: boxes its engine holds (one CPU each)
@@ -206,7 +206,7 @@ class _Run:
 
 
 def simulate(instances: list[Instance], samples: int, cluster: Cluster) -> Result:
-    """Grade `samples` patches of every instance on `cluster`; every figure of the docs/scale.md table."""
+    """Grade `samples` patches of every instance on `cluster`; every figure of the lab/scale.md table."""
     run = _Run(instances, samples, cluster)
     run.run()
     envs = {inst.env: inst.env_mb for inst in instances}
@@ -251,7 +251,7 @@ def cluster_from(costs: dict, nodes: int, **overrides) -> Cluster:
 
 
 def table(costs: dict, node_counts: list[int], count: int, samples: int, **given) -> Iterator[str]:
-    """The markdown rows of docs/scale.md."""
+    """The markdown rows of lab/scale.md."""
     yield ("| mix | dispatch | registry | nodes | wall | build share | peak disk/node | env builds | "
            "instance builds | pulls | busiest engine | driver | slots busy |")
     yield "|" + "---|" * 13

@@ -1,4 +1,4 @@
-"""pinpoint_lab.simulate_scale on a tiny input: the properties a planner reads off its table (docs/scale.md)."""
+"""pinpoint_lab.simulate_scale on a tiny input: the properties a planner reads off its table (lab/scale.md)."""
 
 from __future__ import annotations
 
