@@ -261,3 +261,26 @@ def test_boxes_a_lost_node_still_holds_are_named_with_the_command_that_removes_t
     assert "node 10.0.0.2" in lines[0] and "4242, 4343" in lines[0]
     assert "`pinpoint env prune --label 0123456789ab`" in lines[0]
     assert "`DOCKER_HOST=unix:///srv/e2/docker.sock pinpoint env prune --label 0123456789ab`" in lines[1]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_eval_on_ray_says_a_row_was_lost_and_graded_again_and_reaps_the_lost_box(instance_image, tmp_path) -> None:
+    """The Ray worker grading the row is SIGKILLed (the box's pinpoint.pid): the row is graded again, written
+    once, the run says so, and the lost worker's box goes with it."""
+    driver = Driver(["eval", "--gold", "-i", INSTANCE, "--backend", "ray", "-o", str(tmp_path / "runs")],
+                    tmp_path / "cwd", env={"RAY_AUTH_MODE": "disabled"})
+    try:
+        run_id = driver.run_id()
+        driver.wait_for_box(run_id)
+        [box] = _containers(run_id)
+        os.kill(int(box.labels["pinpoint.pid"]), signal.SIGKILL)
+        assert driver.proc.wait(timeout=600) == 0, driver.err.read_text()[-3000:]
+        err = driver.err.read_text()
+        assert f"{INSTANCE}: its worker was lost; graded again (2 attempts)" in err
+        [summary] = (tmp_path / "runs").glob("*/summary.json")
+        assert json.loads(summary.read_text())["resolved_instances"] == 1
+        assert not any(c.id == box.id for c in _containers(run_id))
+        assert not _containers(run_id)
+    finally:
+        driver.close()
