@@ -57,6 +57,7 @@ def register(subparsers) -> None:
     drop.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
                       help="the kept rows (.jsonl or .parquet)")
     drop.set_defaults(func=_filter)
+    _synthesize_parser(rl)
 
     bench = subcommand_group(subparsers, "bench", BENCH_HELP, BENCH_EXAMPLES)
     rl_bench = add_command(bench, "rl", "warm pool vs a fresh container per episode; Ray workers; concurrency",
@@ -79,6 +80,61 @@ pinpoint rl rollout --tasks tasks.jsonl --policy http://localhost:8000/v1 --mode
     --model-backend vllm --samples-per-task 8 -j 2 --concurrency 4 -o rollouts.parquet
 pinpoint rl rollout --tasks tasks.jsonl --policy embedded --backend ray -j 8 --set llm.temperature=0.7 \\
     -o rollouts.jsonl"""
+
+
+def _synthesize_parser(rl) -> None:
+    """`pinpoint rl synthesize`'s arguments."""
+    synth = add_command(rl, "synthesize", "RL tasks from working repositories: break non-test code with mutation "
+                        "operators, keep a mutant when a passing test fails (docs/rl.md)",
+                        "pinpoint rl synthesize -i psf__requests-1921 -i pallets__flask-5014 -o synth.jsonl -j 2\n"
+                        "pinpoint rl synthesize --repo ./myproject --test-command 'python -m pytest -rA' "
+                        "-o synth.jsonl")
+    instance_arg(synth, "a SWE-bench row whose repository (made whole: its fix and tests applied) is broken, its "
+                 "tests run in its image (repeatable)")
+    synth.add_argument("--repo", type=Path, action="append", default=[], metavar="PATH",
+                       help="a local git repository to break (repeatable; with --test-command)")
+    synth.add_argument("--test-command", metavar="CMD", help="with --repo: runs its tests and prints pytest's -rA "
+                       "summary; test ids are appended to it")
+    synth.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
+                       help="the tasks file (.jsonl; the tasks' repositories go to FILE.repos/)")
+    synth.add_argument("--max-mutants", type=int, default=100, help="mutants tried per repository")
+    synth.add_argument("--budget", type=float, default=3600.0, metavar="S",
+                       help="seconds of trying mutants per repository (the tasks found so far are kept)")
+    synth.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                       help="bound on one test run (a mutant that hangs the tests is dropped)")
+    synth.add_argument("--seed", type=int, default=0, help="which mutants are drawn")
+    executor_args(synth)
+    workers_arg(synth, "repositories at once")
+    synth.set_defaults(func=_synthesize)
+
+
+def _synthesize(args: argparse.Namespace) -> int:
+    from pinpoint.rl.synthesize import SynthSettings, run_synthesis
+
+    if bool(args.repo) != bool(args.test_command):
+        raise UsageError("--repo and --test-command go together")
+    if not (args.repo or args.instances):
+        raise UsageError("give -i/--instance ID or --repo PATH --test-command CMD")
+    if min(args.max_mutants, args.workers) < 1 or min(args.budget, args.timeout) <= 0:
+        raise UsageError("--max-mutants and --workers must be >= 1, --budget and --timeout > 0")
+    specs = [{"instance_id": i} for i in args.instances or []] + [
+        {"repo": str(repo), "test_command": args.test_command} for repo in args.repo]
+    settings = SynthSettings(max_mutants=args.max_mutants, timeout_s=args.timeout, seed=args.seed,
+                             budget_s=args.budget)
+
+    def report(stats: dict) -> None:
+        if stats.get("error"):
+            print(f"{stats['source']}: FAILED: {stats['error']}", flush=True)
+            return
+        hours = max(stats["seconds"] + stats.get("prepare_s", 0.0), 1e-9) / 3600
+        print(f"{stats['source']}: {stats['kept']} task(s) of {stats['tried']} mutant(s) tried "
+              f"({stats['equivalent']} equivalent, {stats['hung']} hung), {stats['baseline_tests']} baseline "
+              f"test(s), {stats['kept'] / hours:.0f} tasks/hour", flush=True)
+
+    results = run_synthesis(specs, args.output, settings, args.backend, args.address, args.workers, report)
+    kept = sum(r.get("kept", 0) for r in results)
+    print(f"{kept} task(s) in {args.output}")
+    return 1 if any(r.get("error") for r in results) else 0
 
 
 def _rollout_parser(rl) -> None:

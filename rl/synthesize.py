@@ -1,0 +1,329 @@
+"""`pinpoint rl synthesize`: RL tasks made from a working repository by breaking it, as SWE-smith makes them.
+
+A source is a git checkout whose tests pass, and a test command that prints pytest's `-rA` summary (a SWE-bench
+row: its repository at the base commit with the reference fix and the test patch applied, its tests run by its
+own image with the checkout mounted at /testbed; or a local repository with its own command). The tests are run
+twice as they are, then once more by id: the tests that pass all three times are the baseline (a flaky or
+unselectable test never becomes a FAIL_TO_PASS). Then `localization/mutations.py`'s operators edit one non-test
+file at a time; a mutant is kept when at least one baseline test no longer passes (the suite's outcome, normalized
+to pass / not pass, differs: an equivalent mutant changes nothing and is dropped), and not when the run hangs.
+
+A kept mutant becomes a local task (`rl/tasks.py`): its starting state is a commit of the mutant on a branch of the
+source's tasks repository (`pinpoint-synth/<task id>`), its gold patch the inverse edit, FAIL_TO_PASS the broken
+tests, PASS_TO_PASS the rest of the baseline, its test command the source's command over both lists (exit 0 when
+every one passes: the harness's PASS_AND_FAIL rule), and a problem statement naming the failing tests and their
+failures, never the edited file or line. Tasks are deduplicated by their mutant text; each has a difficulty
+estimate: how many tests it breaks, and how far the edit is from what the failures print (0: its file and line
+appear in a failing traceback, 1: its file does, 2: neither).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pinpoint.environments.errors import UsageError
+from pinpoint.localization.mutations import mutants
+
+#: what a test's status must be to count as passing (the official parsers' spelling)
+PASSED = "PASSED"
+#: how many failing tests a problem statement lists, and how much of each failure it quotes
+STATEMENT_TESTS, STATEMENT_CHARS = 8, 300
+
+
+@dataclass(frozen=True)
+class Source:
+    """A repository to synthesize from: `repo` a git checkout at the commit to break (its HEAD), `test_command`
+    run there with test ids or files appended, `tests` what the baseline runs, `parser` the official log parser's
+    name for the repository (`parse_log_pytest` for any pytest suite), `files` the files to mutate (empty: every
+    non-test Python file)."""
+
+    name: str
+    repo: str
+    test_command: str
+    tests: tuple[str, ...] = ()
+    parser: str = "parse_log_pytest"
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SynthSettings:
+    """How many mutants to try, and the bound on each test run."""
+
+    max_mutants: int = 100
+    per_file: int = 30
+    timeout_s: float = 300.0
+    seed: int = 0
+    #: stop trying new mutants of a source after this long (its tasks so far are kept)
+    budget_s: float = 3600.0
+
+
+@dataclass
+class SynthStats:
+    """What one source's synthesis did: mutants tried, kept, equivalent (no baseline test changed), hung."""
+
+    source: str
+    baseline_tests: int = 0
+    tried: int = 0
+    kept: int = 0
+    equivalent: int = 0
+    hung: int = 0
+    duplicates: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class SynthResult:
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    stats: SynthStats | None = None
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One run of the test command: each test's official status, and the output."""
+
+    statuses: dict[str, str]
+    output: str
+    hung: bool = False
+
+    def passing(self) -> set[str]:
+        return {test for test, status in self.statuses.items() if status == PASSED}
+
+
+def run_tests(source: Source, args: list[str], timeout_s: float) -> TestRun:
+    """Run the source's test command with `args` in its checkout; statuses by the official parser. A run over
+    `timeout_s` is killed with its process group and reported as hung."""
+    command = " ".join([source.test_command, *(shlex.quote(a) for a in args)])
+    proc = subprocess.Popen(["bash", "-c", command], cwd=source.repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return TestRun({}, output, hung=True)
+    return TestRun(_parser(source.parser)(output, None), output)
+
+
+def _parser(name: str) -> Callable[[str, Any], dict[str, str]]:
+    from swebench.harness.log_parsers import python as parsers
+
+    parser = getattr(parsers, name, None)
+    if parser is None:
+        raise UsageError(f"no official log parser named {name!r}")
+    return parser
+
+
+def baseline(source: Source, timeout_s: float) -> list[str]:
+    """The tests that pass on every one of three runs: twice as configured, then selected by id."""
+    first, second = (run_tests(source, list(source.tests), timeout_s) for _ in range(2))
+    steady = sorted(first.passing() & second.passing())
+    if not steady:
+        return []
+    return sorted(run_tests(source, steady, timeout_s).passing() & set(steady))
+
+
+def candidate_files(source: Source) -> list[str]:
+    """The files to mutate: the source's list, else the repository's tracked Python files outside its tests."""
+    if source.files:
+        return list(source.files)
+    listed = _git(source.repo, "ls-files", "*.py").splitlines()
+    return [path for path in listed if not is_test_path(path)]
+
+
+def is_test_path(path: str) -> bool:
+    parts = Path(path).parts
+    name = parts[-1]
+    return any(p in ("test", "tests", "testing") for p in parts[:-1]) or name.startswith("test_") or \
+        name.endswith("_test.py") or name == "conftest.py"
+
+
+def candidate_mutants(source: Source, settings: SynthSettings) -> Iterator[tuple[str, str, Any]]:
+    """(path, original text, mutant) over the candidate files, one file after another in turn, so a small budget
+    still spreads over the repository."""
+    pools = []
+    for index, path in enumerate(candidate_files(source)):
+        text = (Path(source.repo) / path).read_text(errors="replace")
+        found = mutants(text, settings.per_file, seed=settings.seed + index)
+        if found:
+            pools.append((path, text, found))
+    while pools:
+        for entry in list(pools):
+            path, text, found = entry
+            yield path, text, found.pop(0)
+            if not found:
+                pools.remove(entry)
+
+
+def synthesize(source: Source, settings: SynthSettings) -> SynthResult:
+    """Every kept mutant of `source` as a task row (module docstring), with what the synthesis did. Runs in the
+    source's checkout, one mutant at a time, and leaves the checkout as it found it."""
+    started = time.monotonic()
+    stats = SynthStats(source.name)
+    result = SynthResult(stats=stats)
+    base = _git(source.repo, "rev-parse", "HEAD")
+    passing = baseline(source, settings.timeout_s)
+    stats.baseline_tests = len(passing)
+    if not passing:
+        stats.error = "no test passes on the unbroken repository"
+        stats.seconds = time.monotonic() - started
+        return result
+    seen: set[str] = set()
+    for path, original, mutant in candidate_mutants(source, settings):
+        if stats.tried >= settings.max_mutants or time.monotonic() - started > settings.budget_s:
+            break
+        digest = hashlib.sha256(f"{path}\0{mutant.code}".encode()).hexdigest()[:12]
+        if digest in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(digest)
+        stats.tried += 1
+        task = _try_mutant(source, base, passing, path, original, mutant, digest, settings, stats)
+        if task is not None:
+            result.tasks.append(task)
+    stats.kept = len(result.tasks)
+    stats.seconds = time.monotonic() - started
+    return result
+
+
+def _try_mutant(source: Source, base: str, passing: list[str], path: str, original: str, mutant: Any,
+                digest: str, settings: SynthSettings, stats: SynthStats) -> dict[str, Any] | None:
+    """Run the baseline tests on one mutant; its task row when it breaks one, else None (counted)."""
+    file = Path(source.repo) / path
+    file.write_text(mutant.code)
+    try:
+        run = run_tests(source, passing, settings.timeout_s)
+        if run.hung:
+            stats.hung += 1
+            return None
+        broken = [test for test in passing if run.statuses.get(test) != PASSED]
+        if not broken:
+            stats.equivalent += 1
+            return None
+        task_id = f"{source.name}.synth-{digest}"
+        commit = _commit_branch(source.repo, base, path, f"pinpoint-synth/{task_id}")
+    finally:
+        file.write_text(original)
+    kept = [test for test in passing if test not in broken]
+    return {"task_id": task_id, "repo_path": source.repo, "base_commit": commit,
+            "test_command": " ".join([source.test_command, *(shlex.quote(t) for t in broken + kept)]),
+            "problem_statement": problem_statement(broken, run.output),
+            "gold_patch": inverse_patch(path, mutant.code, original),
+            "FAIL_TO_PASS": broken, "PASS_TO_PASS": kept,
+            "synthesis": {"source": source.name, "operator": mutant.operator, "file": path,
+                          "line": mutant.bug_line, "tests_broken": len(broken),
+                          "distance": distance(path, mutant.bug_line, run.output)}}
+
+
+def inverse_patch(path: str, mutant: str, original: str) -> str:
+    """The git-style diff that turns the mutant back into the original: the task's gold patch."""
+    lines = difflib.unified_diff(mutant.splitlines(keepends=True), original.splitlines(keepends=True),
+                                 f"a/{path}", f"b/{path}")
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+
+
+def problem_statement(broken: list[str], output: str) -> str:
+    """What a user reporting the failures would write: the failing tests and how each fails (pytest's short
+    summary line), nothing about where the fault is."""
+    reasons = {}
+    for line in output.splitlines():
+        for prefix in ("FAILED ", "ERROR "):
+            if line.startswith(prefix) and " - " in line:
+                test, reason = line[len(prefix):].split(" - ", 1)
+                reasons.setdefault(test.strip(), reason.strip()[:STATEMENT_CHARS])
+    shown = broken[:STATEMENT_TESTS]
+    lines = [f"- {test}: {reasons.get(test, 'fails (no message)')}" for test in shown]
+    more = f"\n... and {len(broken) - len(shown)} more failing test(s)." if len(broken) > len(shown) else ""
+    return ("These tests used to pass and now fail:\n" + "\n".join(lines) + more +
+            "\n\nFix the code so that they pass again, without changing the tests.")
+
+
+def distance(path: str, line: int, output: str) -> int:
+    """How far the edit is from what the failures print: 0 its file and line, 1 its file, 2 neither."""
+    if f"{path}:{line}" in output:
+        return 0
+    return 1 if path in output else 2
+
+
+def _commit_branch(repo: str, base: str, path: str, branch: str) -> str:
+    """Commit the working copy of `path` on top of `base` as `branch`, without moving HEAD or the index."""
+    env = {**os.environ, "GIT_INDEX_FILE": str(Path(repo) / ".git" / "pinpoint-synth-index"),
+           "GIT_AUTHOR_NAME": "pinpoint", "GIT_AUTHOR_EMAIL": "pinpoint@localhost",
+           "GIT_COMMITTER_NAME": "pinpoint", "GIT_COMMITTER_EMAIL": "pinpoint@localhost"}
+    _git(repo, "read-tree", base, env=env)
+    _git(repo, "add", "--", path, env=env)
+    tree = _git(repo, "write-tree", env=env)
+    commit = _git(repo, "commit-tree", tree, "-p", base, "-m", f"synthesized bug {branch}", env=env)
+    _git(repo, "update-ref", f"refs/heads/{branch}", commit)
+    return commit
+
+
+def _git(repo: str, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise UsageError(f"git {' '.join(args[:2])} in {repo}: {proc.stderr.strip()[:300]}")
+    return proc.stdout.strip()
+
+
+# -- the driver: one item per source on the executor --------------------------------------------------------------
+
+def synthesize_spec(spec: dict[str, Any], work_dir: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """One source, start to end, where the executor runs it: prepared (copied, or made whole and its image built)
+    and synthesized; plain data back (tasks and stats), so a Ray node returns the same."""
+    from pinpoint.rl.synth_sources import source_from_spec
+
+    options = SynthSettings(**settings)
+    started = time.monotonic()
+    source = source_from_spec(spec, Path(work_dir), options.timeout_s)
+    prepared = time.monotonic() - started
+    result = synthesize(source, options)
+    return {"tasks": result.tasks, "stats": {**asdict(result.stats), "prepare_s": round(prepared, 1)}}
+
+
+def run_synthesis(specs: list[dict[str, Any]], out: Path, settings: SynthSettings, backend: str = "local",
+                  address: str | None = None, workers: int = 1,
+                  on_source: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Synthesize every source on the executor and write the tasks to `out` (JSONL, one task a line: a tasks file
+    for `rl rollout` and `rl dataset`) as each source finishes; the sources' working repositories go to
+    `<out>.repos/`. Returns each source's stats (with `error` when it failed)."""
+    import json
+
+    from pinpoint.environments.executor import Item, Needs, executor_for
+
+    work_dir = out.with_name(out.name + ".repos")
+    items = [Item(str(i), (spec, str(work_dir.resolve()), asdict(settings)), needs=Needs(1, 1))
+             for i, spec in enumerate(specs)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    all_stats: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    with executor_for(backend, address, workers) as ex, out.open("w") as sink:
+        for outcome in ex.run(synthesize_spec, items):
+            if outcome.error is not None:
+                spec = specs[int(outcome.key)]
+                stats = {"source": spec.get("instance_id") or spec.get("repo"), "error": _one_line(outcome.error)}
+            else:
+                stats = outcome.value["stats"]
+                for task in outcome.value["tasks"]:
+                    if task["task_id"] not in seen:
+                        seen.add(task["task_id"])
+                        sink.write(json.dumps(task) + "\n")
+                sink.flush()
+            all_stats.append(stats)
+            if on_source is not None:
+                on_source(stats)
+    return all_stats
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
