@@ -13,17 +13,14 @@ every router then goes to `finalize`, which keeps the best patch seen so far.
 from __future__ import annotations
 
 import functools
-import sqlite3
 from dataclasses import dataclass
 
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, StateGraph
 from pinpoint.agent import nodes, routes
 from pinpoint.agent.context import AgentContext, NodeFn, run_node
-from pinpoint.agent.state import CHECKPOINT_TYPES, AgentState, initial_state
+from pinpoint.agent.state import AgentState, initial_state
 
-__all__ = ["build_graph", "checkpoint_saver", "initial_state"]
+__all__ = ["build_graph", "initial_state"]
 
 
 @dataclass(frozen=True)
@@ -49,11 +46,6 @@ STEPS = (
     Step("submit", nodes.submit, routes.after_submit, ("edit",), budgeted=False),
     Step("finalize", nodes.finalize, None, budgeted=False),
 )
-
-
-def checkpoint_saver(connection: sqlite3.Connection) -> SqliteSaver:
-    """A checkpointer on `connection` that rebuilds the state's typed records, and no other class, on resume."""
-    return SqliteSaver(connection, serde=JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES))
 
 
 def build_graph(ctx: AgentContext, checkpointer=None):

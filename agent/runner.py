@@ -22,10 +22,10 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from pinpoint.agent.config import Config
 from pinpoint.agent.context import AgentContext
 from pinpoint.agent.embedded_model import resolve_config
-from pinpoint.agent.graph import build_graph, checkpoint_saver, initial_state
+from pinpoint.agent.graph import build_graph, initial_state
 from pinpoint.agent.llm import LLMClient, LLMConfig
 from pinpoint.agent.progress import ProgressFn
-from pinpoint.agent.state import Task
+from pinpoint.agent.state import Task, checkpoint_saver
 from pinpoint.agent.trajectory import TrajectoryWriter
 from pinpoint.environments.errors import PinpointError
 from pinpoint.environments.runtime import Runtime

@@ -9,9 +9,12 @@ the records as plain dicts (`state_json`). The readers at the end are what nodes
 from __future__ import annotations
 
 import operator
+import sqlite3
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Annotated, Any, Literal, TypedDict
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.sqlite import SqliteSaver
 from pinpoint.localization.suspects import Suspect
 from pinpoint.tools.protocol import ToolCall
 from pinpoint.tools.run_tests import Frame, TestRun
@@ -93,6 +96,11 @@ class Reproduction:
 #: the dataclasses the checkpointer may rebuild from a checkpoint (LangGraph's msgpack allowlist)
 CHECKPOINT_TYPES = tuple((cls.__module__, cls.__name__)
                          for cls in (TestRecord, BestPatch, Reproduction, TestRun, Frame, Suspect, ToolCall))
+
+
+def checkpoint_saver(connection: sqlite3.Connection) -> SqliteSaver:
+    """A checkpointer on `connection` that rebuilds the state's typed records, and no other class, on resume."""
+    return SqliteSaver(connection, serde=JsonPlusSerializer(allowed_msgpack_modules=CHECKPOINT_TYPES))
 
 
 class AgentState(TypedDict, total=False):

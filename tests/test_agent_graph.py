@@ -25,10 +25,9 @@ from fake_llm_server import (
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pinpoint.agent.config import load_config
 from pinpoint.agent.demo import build_demo_repo
-from pinpoint.agent.graph import checkpoint_saver
 from pinpoint.agent.llm import LLMClient
 from pinpoint.agent.runner import default_localizers, make_clients, run_task
-from pinpoint.agent.state import AgentState, Task
+from pinpoint.agent.state import AgentState, Task, checkpoint_saver
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization.suspects import Suspect
 

@@ -16,9 +16,16 @@ from fake_llm_server import FakeScriptedLLMServer, text, tool_calls
 from pinpoint.agent import nodes, routes
 from pinpoint.agent.config import Config, load_config
 from pinpoint.agent.context import AgentContext, run_node
-from pinpoint.agent.graph import checkpoint_saver
 from pinpoint.agent.llm import LLMClient
-from pinpoint.agent.state import AgentState, BestPatch, Task, TestRecord, initial_state, run_key
+from pinpoint.agent.state import (
+    AgentState,
+    BestPatch,
+    Task,
+    TestRecord,
+    checkpoint_saver,
+    initial_state,
+    run_key,
+)
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization.suspects import Suspect
 from pinpoint.swebench_eval.metrics import edited_lines
