@@ -1,0 +1,85 @@
+"""`pinpoint rl synthesize` on a real repository (the demo's, with its pytest suite): the tasks it keeps are real
+bugs that the gold patch fixes and the empty patch does not, graded by RepairEnv as any local task, and they load
+as a tasks file for `rl dataset`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from pinpoint.agent.demo import build_demo_repo
+from pinpoint.rl.dataset import write_training_parquet
+from pinpoint.rl.env import EnvSettings, RepairEnv
+from pinpoint.rl.policies import GoldPolicy
+from pinpoint.rl.synthesize import SynthSettings, inverse_patch, problem_statement, run_synthesis
+from pinpoint.rl.tasks import load_tasks
+
+pytestmark = pytest.mark.slow
+
+TEST_COMMAND = "python -m pytest -q -p no:cacheprovider -rA --tb=short"
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("synth")
+    demo = build_demo_repo(root / "demo")
+    out = root / "tasks.jsonl"
+    (stats,) = run_synthesis([{"repo": str(demo.path), "test_command": TEST_COMMAND}], out,
+                             SynthSettings(max_mutants=6, timeout_s=120))
+    assert not stats["error"] and stats["tried"] == 6
+    assert stats["kept"] + stats["equivalent"] + stats["hung"] == stats["tried"]
+    return out, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_kept_mutants_break_baseline_tests_and_say_how(synthesized) -> None:
+    _, tasks = synthesized
+    assert tasks and len({t["base_commit"] for t in tasks}) == len(tasks)  # one commit per task, no duplicates
+    for task in tasks:
+        assert task["FAIL_TO_PASS"] and not set(task["FAIL_TO_PASS"]) & set(task["PASS_TO_PASS"])
+        assert task["synthesis"]["tests_broken"] == len(task["FAIL_TO_PASS"])
+        assert task["synthesis"]["file"] not in task["problem_statement"]  # no hint of where the fault is
+        assert all(test in task["problem_statement"] for test in task["FAIL_TO_PASS"][:8])
+
+
+def _checkout(task: dict, dest: Path) -> Path:
+    subprocess.run(["git", "clone", "-q", task["repo_path"], str(dest)], check=True)
+    subprocess.run(["git", "checkout", "-q", task["base_commit"]], cwd=dest, check=True)
+    return dest
+
+
+def test_the_gold_patch_resolves_and_the_empty_patch_does_not(synthesized, tmp_path: Path) -> None:
+    _, tasks = synthesized
+    for number, task in enumerate(tasks[:3]):
+        tree = _checkout(task, tmp_path / str(number))
+        assert subprocess.run(["bash", "-c", task["test_command"]], cwd=tree, capture_output=True).returncode != 0
+        subprocess.run(["git", "apply", "-"], cwd=tree, input=task["gold_patch"], text=True, check=True)
+        assert subprocess.run(["bash", "-c", task["test_command"]], cwd=tree, capture_output=True).returncode == 0
+
+
+def test_repair_env_rewards_synthesized_tasks_like_any_task(synthesized, tmp_path: Path) -> None:
+    out, tasks = synthesized
+    loaded = load_tasks(out)
+    assert [t.task_id for t in loaded] == [t["task_id"] for t in tasks]
+    assert write_training_parquet(loaded, tmp_path / "train.parquet") == len(tasks)
+    task = loaded[0]
+    with RepairEnv(EnvSettings(reward="unit")) as env:
+        env.reset(options={"task": task})
+        policy = GoldPolicy(task.gold_patch)
+        while True:
+            _, reward, terminated, truncated, info = env.step(policy.act([])[0])
+            if terminated or truncated:
+                break
+        assert reward == 1.0, info
+        env.reset(options={"task": task})
+        _, empty, *_ = env.step({"name": "submit", "arguments": {}})
+        assert empty == 0.0
+
+
+def test_the_gold_patch_is_the_inverse_edit_and_the_statement_quotes_failures() -> None:
+    patch = inverse_patch("pkg/m.py", "x = 2\n", "x = 1\n")
+    assert patch.startswith("diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n")
+    assert "-x = 2\n+x = 1\n" in patch
+    text = problem_statement(["t.py::test_a", "t.py::test_b"], "FAILED t.py::test_a - assert 2 == 1\n")
+    assert "t.py::test_a: assert 2 == 1" in text and "t.py::test_b: fails (no message)" in text
