@@ -267,6 +267,7 @@ class RayExecutor:
         self.ray, self.retries = ray, retries
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self._owned = not ray.is_initialized()
+        _keep_cluster_errors_out()
         if self._owned:
             self._init(docker_slots, tuple(env_names))
         self._remote = ray.remote(max_retries=0, retry_exceptions=False)(_call)
@@ -594,6 +595,25 @@ class RayExecutor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _keep_cluster_errors_out() -> None:
+    """Ray's driver prints the cluster's error messages on stdout whatever `log_to_driver` says: in ANSI colour,
+    with a dead raylet's last log lines and one line per retried call. The executor says in its own words what was
+    lost and redone, so those messages go to the `pinpoint.ray` logger (debug level) instead of the command's
+    output."""
+    import logging
+
+    from ray._private import worker
+
+    log = logging.getLogger("pinpoint.ray")
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", []):
+            log.debug("%s: %s", data.get("pid", "ray"), line)
+
+    if hasattr(worker, "print_to_stdstream"):  # what Ray's error listener calls for each message
+        worker.print_to_stdstream = to_log
 
 
 def _suppress_ray(ray: Any) -> Any:

@@ -20,6 +20,12 @@ class WhereAmI:
         return ray.get_runtime_context().get_node_id()
 
 
+def _nap(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
 def test_two_workers_with_one_box_each_land_on_two_nodes(monkeypatch) -> None:
     import ray
     from pinpoint.environments.executor import Item, Needs, RayExecutor
@@ -40,3 +46,34 @@ def test_two_workers_with_one_box_each_land_on_two_nodes(monkeypatch) -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def test_a_lost_node_leaves_no_raylet_message_in_the_commands_output(monkeypatch, capfd) -> None:
+    """A node killed under a running task: Ray's driver would print the dead raylet's last log lines and each
+    retry in ANSI colour on stdout; with the executor they stay out of the output."""
+    import time
+
+    import ray
+    from pinpoint.environments.executor import RayExecutor
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        node = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        with RayExecutor(cluster.address) as executor:
+            other = next(n for n in executor.nodes if n != ray.get_runtime_context().get_node_id())
+            nap = ray.remote(num_cpus=1, max_retries=3)(_nap)
+            ref = nap.options(scheduling_strategy=NodeAffinitySchedulingStrategy(other, soft=True)).remote(30)
+            time.sleep(5)
+            cluster.remove_node(node, allow_graceful=False)
+            ray.get(ref, timeout=120)  # retried on the head
+            time.sleep(5)  # the error listener's messages arrive after the node is marked dead
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    out, err = capfd.readouterr()
+    assert "(raylet)" not in out + err and "\x1b[" not in out + err, (out + err)[-2000:]
