@@ -76,11 +76,22 @@ def find_test_deps(files: ProjectFiles, extras: Sequence[str] | None = None,
     requirements += tox_requirements
     if tox_requirements or tox_extras or tox_files:
         found.append("tox.ini [testenv]")
-    listed = sorted(n for n in files.names() if _REQUIREMENTS_FILE.match(n))
-    listed += [f"requirements/{n}" for n in sorted(files.names("requirements")) if n.endswith(".txt")]
-    req_files = list(dict.fromkeys(listed + [f for f in tox_files if files.read(f) is not None]))
+    req_files = list(dict.fromkeys(_requirement_files(files) + [f for f in tox_files if files.read(f) is not None]))
     found += req_files
     return TestDeps(tuple(chosen_extras), tuple(dict.fromkeys(requirements)), tuple(req_files), tuple(found))
+
+
+def _requirement_files(files: ProjectFiles) -> list[str]:
+    """`requirements.txt` (the runtime's) and the test ones: files at the root or in requirements/ whose name says
+    test (else dev); docs, typing or release pins are not what the suite needs, and can take minutes."""
+    listed = sorted(n for n in files.names() if _REQUIREMENTS_FILE.match(n))
+    listed += [f"requirements/{n}" for n in sorted(files.names("requirements")) if n.endswith(".txt")]
+    runtime = [f for f in listed if f == "requirements.txt"]
+    for names in (TEST_NAMES, FALLBACK_NAMES):
+        tests = [f for f in listed if any(name in Path(f).name.lower() for name in names)]
+        if tests:
+            return runtime + tests
+    return runtime
 
 
 def _toml(text: str | None) -> dict:

@@ -18,6 +18,8 @@ from test_fix_own_repo import FIX, ISSUE, PYTEST, make_team_repo
 
 PINPOINT = str(Path(sys.executable).parent / "pinpoint")
 QUICK = ("--set", "agent.execution=false", "--set", "search.policy=none")
+#: the test command inside the box pinpoint builds (its venv's python)
+IN_BOX = "python -m pytest -q tests"
 
 
 def _script() -> list:
@@ -155,13 +157,13 @@ def test_show_takes_a_run_folder(team):
 @pytest.mark.slow
 def test_fix_dot_in_a_container_results_on_stdout_and_offline_stops_at_the_preflight(team):
     with FakeScriptedLLMServer(_script()) as fake:
-        proc = pinpoint(team, fake, local=False)
+        proc = pinpoint(team, fake, local=False, test_cmd=IN_BOX)
         assert proc.returncode == 0, proc.stderr
         assert all(": " in line for line in proc.stdout.splitlines())  # build notices went to stderr
         assert "pinpoint/repo:team-app-" in proc.stderr
         assert _results(proc.stdout)["tests on the final patch"] == "PASS (10 passed, 0 failed)"
         asked = len(fake.chat_requests)
-        offline = pinpoint(team, fake, "--offline", local=False)
+        offline = pinpoint(team, fake, "--offline", local=False, test_cmd=IN_BOX)
         assert len(fake.chat_requests) == asked
     err = _one_line_refusal(offline)
     assert "No module named pytest" in err and "drop --offline" in err
@@ -170,7 +172,7 @@ def test_fix_dot_in_a_container_results_on_stdout_and_offline_stops_at_the_prefl
 @pytest.mark.docker
 def test_an_unavailable_python_is_a_user_facing_line(team):
     with FakeScriptedLLMServer(_script()) as fake:
-        proc = pinpoint(team, fake, "--python", "3.12", local=False)
+        proc = pinpoint(team, fake, "--python", "3.12", local=False, test_cmd=IN_BOX)
         assert fake.chat_requests == []
     err = _one_line_refusal(proc)
     assert "--python 3.12" in err and "allow_nearest" not in err
@@ -188,6 +190,6 @@ def test_allow_dirty_reuses_one_image_for_the_same_changes(team):
     before = images()
     with FakeScriptedLLMServer(_script(), default=tool_call("submit", {})) as fake:
         for _ in range(2):
-            proc = pinpoint(team, fake, "--allow-dirty", "--fresh", local=False)
+            proc = pinpoint(team, fake, "--allow-dirty", "--fresh", local=False, test_cmd=IN_BOX)
             assert proc.returncode == 0, proc.stderr
     assert len(images() - before) == 1

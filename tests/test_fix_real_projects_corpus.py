@@ -1,0 +1,172 @@
+"""`pinpoint fix` on real open-source projects as their teams set them up: each project's sdist from PyPI (pinned,
+downloaded at test time) made into a git repository the way upstream keeps it (its build's generated version file
+git-ignored, its release tagged), a planted one-line bug its own suite catches, a GitHub-style issue, and the
+FAKE scripted OpenAI-compatible endpoint (tests/fake_llm_server.py) answering with the fix. `--local` runs in a
+venv the project's own declared test dependencies were installed into by pinpoint's install recipe (what the team
+has); a subset runs in the container pinpoint builds. The installed `pinpoint` script runs as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fake_llm_server import FakeScriptedLLMServer, tool_call
+from pinpoint.environments.project_deps import ProjectFiles, find_test_deps
+from pinpoint.environments.repo_image import install_script
+
+PINPOINT = str(Path(sys.executable).parent / "pinpoint")
+#: a few turns: the scripted fix takes one, so a run that does not pass stops early
+QUICK = ("--set", "agent.execution=false", "--set", "search.policy=none", "--set", "budget.max_steps=4")
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class Project:
+    """A pinned PyPI project, how it is set up (for the record), its planted bug and the suite that catches it."""
+
+    name: str
+    version: str
+    setup: str
+    path: str
+    good: str
+    bad: str
+    issue: str
+    tests: str
+    ignored: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+PROJECTS = [
+    Project("platformdirs", "4.2.0", "src/, hatchling + hatch-vcs (version file), `test` extra, tox, pytest",
+            "src/platformdirs/api.py", "            if self.version:\n", "            if not self.version:\n",
+            "# user_data_dir ignores the version\n\n`PlatformDirs('app', version='1.0').user_data_dir` does not end "
+            "in `1.0` on Linux; without a version it gets a `None`-like extra part.\n",
+            "{py} -m pytest -q -p no:cacheprovider tests/test_unix.py", ("src/platformdirs/version.py",)),
+    Project("pluggy", "1.5.0", "src/, setuptools + setuptools-scm (write_to), setup.cfg `testing` extra, tox, "
+            "pytest", "src/pluggy/_callers.py", "            for hook_impl in reversed(hook_impls):\n",
+            "            for hook_impl in hook_impls:\n",
+            "# Hook implementations are called in registration order\n\nThe docs say the last registered "
+            "implementation is called first (LIFO); since the last change it is the other way round.\n",
+            "{py} -m pytest -q -p no:cacheprovider testing/test_multicall.py", ("src/pluggy/_version.py",)),
+    Project("pastel", "0.2.1", "flat package, poetry-core, Poetry dev-dependencies, pytest",
+            "pastel/pastel.py", "        return self._colorized\n", "        return not self._colorized\n",
+            "# is_colorized() answers the opposite\n\n`Pastel(True).is_colorized()` returns False.\n",
+            "{py} -m pytest -q -p no:cacheprovider tests"),
+    Project("six", "1.16.0", "one flat module, setuptools setup.py, pytest", "six.py",
+            "    byte2int = operator.itemgetter(0)\n", "    byte2int = operator.itemgetter(1)\n",
+            "# six.byte2int fails on a one-byte string\n\n`six.byte2int(b'\\x03')` raises IndexError on Python 3; "
+            "it should return 3.\n", "{py} -m pytest -q -p no:cacheprovider test_six.py -k 'byte or int'"),
+    Project("cachetools", "5.3.3", "src/, setuptools setup.cfg, tox deps, unittest", "src/cachetools/__init__.py",
+            "        return self.__currsize\n", "        return self.__currsize + 1\n",
+            "# Cache.currsize is one too many\n\nAn empty `Cache(maxsize=10)` has `currsize == 1`.\n",
+            "{py} -m unittest discover -q -s tests -t ."),
+    Project("itsdangerous", "2.2.0", "src/, flit, requirements/tests.txt (pip-compile), tox, pytest",
+            "src/itsdangerous/encoding.py", '    return _int_to_bytes(num).lstrip(b"\\x00")\n',
+            '    return _int_to_bytes(num).rstrip(b"\\x00")\n',
+            "# int_to_bytes drops trailing zero bytes\n\n`bytes_to_int(int_to_bytes(256))` is 1, not 256, so "
+            "timestamps round-trip wrong.\n",
+            "{py} -m pytest -q -p no:cacheprovider tests/test_itsdangerous/test_encoding.py"),
+]
+#: the projects also fixed in a container (each builds an image: minutes)
+IN_CONTAINER = ("platformdirs", "pastel")
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=team", "-c", "user.email=team@example.com", *args], cwd=repo,
+                   check=True, capture_output=True)
+
+
+def _sdist(project: Project, cache: Path) -> Path:
+    """The project's sdist, downloaded once into the cache (pip's own client, no wheels)."""
+    found = sorted(cache.glob(f"{project.name.replace('-', '_')}-{project.version}.tar.gz")) + sorted(
+        cache.glob(f"{project.name}-{project.version}.tar.gz"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                        f"{project.name}=={project.version}", "-d", str(cache)], check=True, capture_output=True)
+        return _sdist(project, cache)
+    return found[0]
+
+
+def team_repository(project: Project, where: Path, cache: Path) -> Path:
+    """The sdist as its team's git repository: generated files ignored and removed, the release tagged, then the
+    planted bug committed on top."""
+    with tarfile.open(_sdist(project, cache)) as tar:
+        tar.extractall(where, filter="data")
+    [repo] = [p for p in where.iterdir() if p.is_dir()]
+    for generated in (*project.ignored, "PKG-INFO"):
+        (repo / generated).unlink(missing_ok=True)
+    for egg_info in repo.glob("**/*.egg-info"):
+        shutil.rmtree(egg_info)
+    (repo / ".gitignore").write_text("\n".join(["*.egg-info/", "build/", "__pycache__/", *project.ignored]) + "\n")
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", f"release {project.version}")
+    _git(repo, "tag", project.version)
+    source = repo / project.path
+    text = source.read_text()
+    assert text.count(project.good) == 1, f"{project.name}: the line to plant the bug in moved"
+    source.write_text(text.replace(project.good, project.bad))
+    _git(repo, "commit", "-qam", "refactor")
+    (where / "issue.md").write_text(project.issue)
+    return repo
+
+
+def team_venv(repo: Path, venv: Path) -> Path:
+    """What the team has: a venv with the project editable and its declared test dependencies, installed by
+    pinpoint's own install recipe (the same one the container image runs)."""
+    deps = find_test_deps(ProjectFiles(repo, "HEAD"))
+    script = install_script(deps, workdir=str(repo), venv=str(venv), python=shlex.quote(sys.executable))
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert (venv / "bin" / "python").exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return venv / "bin" / "python"
+
+
+def _fix(repo: Path, project: Project, *args: str, local: bool, py: str) -> subprocess.CompletedProcess:
+    fix = {"command": "str_replace", "path": project.path, "old_str": project.bad.strip("\n"),
+           "new_str": project.good.strip("\n")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PINPOINT_RUNS", "OPENAI_BASE_URL", "PYTHONPATH")}
+    env["XDG_DATA_HOME"] = str(repo.parent / "data")
+    with FakeScriptedLLMServer([tool_call("str_replace_editor", fix), tool_call("submit", {})],
+                               default=tool_call("submit", {})) as fake:
+        argv = [PINPOINT, "fix", ".", "--issue", "../issue.md", "--base-url", fake.base_url, *QUICK,
+                "--test-cmd", project.tests.format(py=py), *(["--local"] if local else []), *args]
+        return subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=1200)
+
+
+def _verdict(proc: subprocess.CompletedProcess) -> str:
+    lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
+    return lines.get("tests on the final patch", "")
+
+
+@pytest.fixture(scope="module")
+def sdists(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("sdists")
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=str)
+def test_fix_local_repairs_a_real_project(project, sdists, tmp_path):
+    repo = team_repository(project, tmp_path / "work", sdists)
+    python = team_venv(repo, tmp_path / "venv")
+    proc = _fix(repo, project, local=True, py=str(python))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert _verdict(proc).startswith("PASS"), proc.stdout + proc.stderr[-3000:]
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("project", [p for p in PROJECTS if p.name in IN_CONTAINER], ids=str)
+def test_fix_in_a_container_repairs_a_real_project(project, sdists, tmp_path):
+    repo = team_repository(project, tmp_path / "work", sdists)
+    proc = _fix(repo, project, local=False, py="python")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert _verdict(proc).startswith("PASS"), proc.stdout + proc.stderr[-3000:]
+    assert f"pinpoint/repo:{project.name}-" in proc.stderr
