@@ -625,7 +625,7 @@ def _suppress_ray(ray: Any) -> Any:
 
 def _check_reachable(address: str) -> None:
     """A `host:port` that does not answer fails in seconds, not after Ray's own minutes of retries."""
-    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         return  # "auto" and other forms Ray resolves itself
     try:
@@ -645,6 +645,9 @@ def executor_for(backend: str, address: str | None = None, workers: int = 1,
         if address:
             raise UsageError("--address names a Ray cluster: use it with --backend ray")
         return LocalExecutor(workers)
+    if (address or "").startswith("ray://"):
+        raise UsageError(f"--address {address}: a Ray Client address, which pinpoint does not use; give the head's "
+                         "GCS address, HOST:6379 (docs/cluster.md)")
     return RayExecutor(address, docker_slots=docker_slots or workers, env_names=env_names)
 
 

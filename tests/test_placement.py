@@ -77,3 +77,14 @@ def test_a_lost_node_leaves_no_raylet_message_in_the_commands_output(monkeypatch
         cluster.shutdown()
     out, err = capfd.readouterr()
     assert "(raylet)" not in out + err and "\x1b[" not in out + err, (out + err)[-2000:]
+
+
+def test_a_ray_client_address_is_one_line(tmp_path) -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "pinpoint.cli", "eval", "--gold", "-i", "pallets__flask-5014",
+                           "--backend", "ray", "--address", "ray://head:10001", "-o", str(tmp_path / "runs")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2
+    [line] = [line for line in done.stderr.splitlines() if not line.startswith("run id: ")]
+    assert "a Ray Client address, which pinpoint does not use" in line and "HOST:6379" in line
