@@ -1,4 +1,5 @@
-"""pinpoint's command server, run inside each container by DockerRuntime (stdlib only, Python 3.5+).
+"""pinpoint's command server, run inside each container by DockerRuntime (stdlib only, Python 3.5+; its wire
+protocol, environments/wire.py, is shipped beside it).
 
 Why: a `docker exec` costs ~100+ ms of engine work per command on a loaded machine; a resident server that forks a
 fresh `bash -c` per request answers in about the cost of that fork, and commands stay stateless (nothing but the
@@ -7,11 +8,8 @@ process persists). It listens on a Unix socket in a container-internal tmpfs (th
 
 One thread does everything (`Loop`): the listening socket, every connection, every command's output pipe, and
 SIGCHLD through the signal wakeup fd, with the nearest command deadline as the select timeout; no thread per
-request or per command, no polling. A connection carries requests one after another (the host keeps it open): each
-is 8 bytes (header length, payload length, big-endian), a small JSON header (`op` = run | read | write | snapshot |
-reset | trust_bytecode | digest | stop | own), then the payload (`write`). Replies are frames: one kind byte (b"O" output/data, b"X" final JSON
-status, b"R" a run's final status as a fixed struct, RUN_STATUS), a 4-byte big-endian length, the payload.
-`run` starts the command in its own session with no capability but `keep_caps` (the server's bounding set, see
+request or per command, no polling. A connection carries requests one after another (the host keeps it open), each
+answered by frames (`wire`: output or data, then the final status). `run` starts the command in its own session with no capability but `keep_caps` (the server's bounding set, see
 `command_spawner`) and kills that process group on timeout, when the command ends, and when the client goes away;
 when no command is left running, every other process in the container but PID 1 and the server is killed too (a
 `setsid` or double-fork escapes the group, not the sweep: commands are stateless). The status says whether the
@@ -27,16 +25,20 @@ import contextlib
 import ctypes
 import fnmatch
 import hashlib
-import json
 import os
 import selectors
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
+
+if __name__ == "__main__":  # in the box: `python3 -I` leaves this file's folder, where wire.py is, off sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import wire
+else:  # imported on the host
+    from pinpoint.environments import wire
 
 #: running commands (pid -> Popen), so `stop` and the sweep know what is still wanted
 RUNNING = {}
@@ -143,13 +145,13 @@ def chown_tree(top, uid, gid):
 def own(req):
     """Hand the working tree (and .git) to the command user, and give it a home folder."""
     global OWNER
-    uid, gid, home = int(req["uid"]), int(req["gid"]), req["home"]
+    uid, gid, home = int(req.uid), int(req.gid), req.home
     if not os.path.isdir(home):
         os.makedirs(home)
     os.chown(home, uid, gid)
-    changed = chown_tree(req["root"], uid, gid)
+    changed = chown_tree(req.root, uid, gid)
     OWNER = (uid, gid, home)
-    return {"ok": True, "changed": changed}
+    return wire.Status.done(changed=changed)
 
 
 def kill_group(pgid):
@@ -198,22 +200,22 @@ def stop(req):
     for pid in list(RUNNING):
         kill_group(pid)
     RUNNING.clear()
-    return {"ok": True, "swept": sweep()}
+    return wire.Status.done(swept=sweep())
 
 
 def read(conn, req):
-    with open(req["path"], "rb") as f:
-        conn.send(b"O", f.read())
-    return {"ok": True}
+    with open(req.path, "rb") as f:
+        conn.send(wire.OUTPUT, f.read())
+    return wire.Status.done()
 
 
 def write(req, payload):
-    parent = os.path.dirname(req["path"])
+    parent = os.path.dirname(req.path)
     if parent and not os.path.isdir(parent):
         os.makedirs(parent)
-    with open(req["path"], "wb") as f:  # truncating in place keeps the file's mode and owner
+    with open(req.path, "wb") as f:  # truncating in place keeps the file's mode and owner
         f.write(payload)
-    return {"ok": True}
+    return wire.Status.done()
 
 
 class Tree:
@@ -254,7 +256,7 @@ class Tree:
         self.trusted = {rel: self.sig(st) for rel, _, kind, st in self.walk()
                         if rel not in self.files and is_bytecode(rel, kind, self.dirs)
                         and self.has_base_stat(bytecode_source(rel))}
-        return {"ok": True, "trusted": len(self.trusted)}
+        return wire.Status.done(trusted=len(self.trusted))
 
     def has_base_stat(self, rel):
         """Whether `rel` is a base file whose stat is its base stat now."""
@@ -385,7 +387,7 @@ class Tree:
         if OWNER and (changed or git_reset):  # what the server (uid 0) recreated belongs to the command user
             chown_tree(self.root, OWNER[0], OWNER[1])
             self.refresh_signatures()
-        return {"ok": True, "changed": changed, "git_reset": git_reset}
+        return wire.Status.done(changed=changed, git_reset=git_reset)
 
     @staticmethod
     def under(rel, folders):
@@ -447,12 +449,11 @@ TREES = {}
 
 def snapshot(req):
     try:
-        TREES[req["root"]] = Tree(req["root"], req["store"], req["base"], req.get("limit_bytes", 1 << 30))
+        TREES[req.root] = Tree(req.root, req.store, req.base, req.limit_bytes)
     except (ValueError, OSError) as exc:
-        TREES.pop(req["root"], None)
-        return {"ok": False, "message": str(exc)}
-    tree = TREES[req["root"]]
-    return {"ok": True, "files": len(tree.files)}
+        TREES.pop(req.root, None)
+        return wire.Status.failed(str(exc))
+    return wire.Status.done(files=len(TREES[req.root].files))
 
 
 def digest(req):
@@ -460,7 +461,7 @@ def digest(req):
     (fnmatch on the base name; None: every file): each one's relative path, kind, executable bit and content, in path order. The grader
     compares it with the digest of the tree its box last installed, to know an install would do the same again.
     With `stats`, every entry's lstat instead of contents (a cheap "did anything write here" between two calls)."""
-    root, patterns, stats = req["root"], req.get("patterns"), bool(req.get("stats"))
+    root, patterns, stats = req.root, req.patterns, bool(req.stats)
     picked = []
     for parent, dirs, files in os.walk(root):
         if parent == root and ".git" in dirs:
@@ -484,24 +485,24 @@ def digest(req):
             total.update(b"x" if st.st_mode & 0o111 else b"f")
             with open(path, "rb") as f:
                 total.update(hashlib.sha256(f.read()).digest())
-    return {"ok": True, "sha256": total.hexdigest(), "files": len(picked)}
+    return wire.Status.done(sha256=total.hexdigest(), files=len(picked))
 
 
 def trust_bytecode(req):
-    tree = TREES.get(req["root"])
+    tree = TREES.get(req.root)
     if tree is None:
-        return {"ok": False, "message": "no snapshot of " + req["root"]}
+        return wire.Status.failed("no snapshot of " + req.root)
     return tree.trust_bytecode()
 
 
 def reset(req):
-    tree = TREES.get(req["root"])
+    tree = TREES.get(req.root)
     if tree is None:
-        return {"ok": False, "message": "no snapshot of " + req["root"]}
+        return wire.Status.failed("no snapshot of " + req.root)
     try:
-        return tree.reset(bool(req.get("keep_bytecode")))
+        return tree.reset(bool(req.keep_bytecode))
     except (OSError, subprocess.CalledProcessError) as exc:
-        return {"ok": False, "message": str(exc)}
+        return wire.Status.failed(str(exc))
 
 
 #: seconds a finished command's output may keep arriving from processes that escaped its group and were not swept
@@ -509,14 +510,6 @@ def reset(req):
 DRAIN_S = 10.0
 #: seconds one reply frame may wait for a client that does not read
 SEND_TIMEOUT_S = 60.0
-#: a request: header length and payload length (big-endian), the JSON header, the payload
-REQUEST = struct.Struct(">II")
-#: a reply frame: kind byte, payload length
-FRAME = struct.Struct(">cI")
-#: the final status of `run` (kind b"R"): exit code (NO_EXIT: none), flags (1 timed out, 2 OOM kill, 4 pids
-#: limit), processes swept
-RUN_STATUS = struct.Struct(">iBI")
-NO_EXIT = -(1 << 31)
 
 
 #: characters of a command bash would run as one plain argv: no quoting, expansion, redirection, list or comment
@@ -594,18 +587,17 @@ class Run:
     def __init__(self, loop, conn, req):
         self.loop, self.conn = loop, conn
         env = dict(os.environ)
-        env.update(req.get("env") or {})
-        keep = set(req.get("keep_caps") or ())
+        env.update(req.env or {})
+        keep = set(req.keep_caps or ())
         if OWNER:
             env["HOME"] = OWNER[2]
         self.oom, self.pids = counter(OOM_COUNTERS), counter(PIDS_COUNTERS)
-        self.proc = spawn(req["cmd"], req.get("cwd") or None, env, keep)
+        self.proc = spawn(req.cmd, req.cwd or None, env, keep)
         RUNNING[self.proc.pid] = self.proc
         self.fd = self.proc.stdout.fileno()
         os.set_blocking(self.fd, False)
         loop.sel.register(self.fd, selectors.EVENT_READ, self.on_output)
-        timeout = req.get("timeout")
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.deadline = None if req.timeout is None else time.monotonic() + req.timeout
         self.timed_out, self.exited, self.eof, self.swept = False, False, False, 0
 
     def on_output(self):
@@ -617,7 +609,7 @@ class Run:
         if not chunk:
             self.eof = True
             return False
-        if self.conn is not None and not self.conn.send(b"O", chunk):
+        if self.conn is not None and not self.conn.send(wire.OUTPUT, chunk):
             self.client_gone()
         return True
 
@@ -645,12 +637,12 @@ class Run:
             return False
         self.loop.sel.unregister(self.fd)
         self.proc.stdout.close()
-        exit_code = NO_EXIT if self.timed_out else self.proc.returncode
-        flags = ((1 if self.timed_out else 0) | (2 if grew(self.oom, counter(OOM_COUNTERS)) else 0)
-                 | (4 if grew(self.pids, counter(PIDS_COUNTERS)) else 0))
+        status = wire.RunStatus(None if self.timed_out else self.proc.returncode, self.timed_out,
+                                grew(self.oom, counter(OOM_COUNTERS)), grew(self.pids, counter(PIDS_COUNTERS)),
+                                self.swept)
         conn, self.conn = self.conn, None
         if conn is not None:
-            conn.finished(b"R", RUN_STATUS.pack(exit_code, flags, self.swept))
+            conn.finished(wire.RUN_DONE, status.pack())
         return True
 
 
@@ -691,30 +683,24 @@ class Conn:
 
     def serve(self):
         """Answer the complete requests in the buffer, one at a time (a run answers when it ends)."""
-        while self.run is None and not self.closed and len(self.buf) >= REQUEST.size:
-            head, size = REQUEST.unpack_from(self.buf)
-            end = REQUEST.size + head + size
-            if len(self.buf) < end:
+        while self.run is None and not self.closed:
+            decoded = wire.decode_request(self.buf)
+            if decoded is None:
                 return
-            req = json.loads(bytes(self.buf[REQUEST.size:REQUEST.size + head]).decode("utf-8"))
-            payload = bytes(self.buf[REQUEST.size + head:end])
+            req, payload, end = decoded
             del self.buf[:end]
             self.dispatch(req, payload)
 
     def dispatch(self, req, payload):
-        op = req["op"]
         try:
-            if op == "run":
+            if isinstance(req, wire.Run):
                 self.run = Run(self.loop, self, req)
                 self.loop.runs.append(self.run)
                 return
-            if op in OPS:
-                status = OPS[op](self, req, payload)
-            else:
-                status = {"error": "ValueError", "message": "unknown op " + repr(op)}
+            status = OPS[req.op](self, req, payload)
         except OSError as exc:
-            status = {"error": type(exc).__name__, "errno": exc.errno, "message": str(exc)}
-        self.finished(b"X", json.dumps(status).encode("utf-8"))
+            status = wire.Status.failed(str(exc), type(exc).__name__, exc.errno)
+        self.finished(wire.STATUS, wire.encode_status(status))
 
     def finished(self, kind, status):
         """The last frame of a request; then the next request, if one is waiting."""
@@ -727,10 +713,10 @@ class Conn:
             return False
         try:
             if len(data) > 65536:
-                self.sock.sendall(FRAME.pack(kind, len(data)))
+                self.sock.sendall(wire.FRAME.pack(kind, len(data)))
                 self.sock.sendall(data)
             else:
-                self.sock.sendall(FRAME.pack(kind, len(data)) + data)
+                self.sock.sendall(wire.encode_frame(kind, data))
             return True
         except OSError:  # socket.timeout included: a client that stopped reading is treated as gone
             self.close()

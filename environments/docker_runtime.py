@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import errno as errno_codes
-import json
 import os
 import posixpath
 import shlex
 import socket
-import struct
 import subprocess
 import tarfile
 import threading
@@ -41,7 +39,7 @@ from pathlib import Path
 
 import docker
 import requests
-from pinpoint.environments import engine, sandbox
+from pinpoint.environments import engine, sandbox, wire
 from pinpoint.environments.labels import container_labels
 from pinpoint.environments.overlay import Entry, Layers
 from pinpoint.environments.runtime import BrokenFromInside, RuntimeBroken, RuntimeFailure, RuntimeSettings
@@ -72,12 +70,6 @@ kill -KILL -- "-$(cat "$1")" 2>/dev/null; rm -f "$1"
 """
 #: seconds allowed beyond a command's timeout for the kill and the last output to arrive
 _GRACE_S = 15.0
-#: the command server's framing (environments/container_server.py): request header and payload lengths, reply frame
-#: kind and length, a run's final status (exit code or _NO_EXIT, flags, processes swept)
-_REQUEST = struct.Struct(">II")
-_FRAME = struct.Struct(">cI")
-_RUN_STATUS = struct.Struct(">iBI")
-_NO_EXIT = -(1 << 31)
 
 
 #: address ranges the internet does not route: a connect to them hangs until its timeout there
@@ -250,12 +242,11 @@ class DockerRuntime(GitWorktreeRuntime):
         uid, home = self.command_uid, sandbox.COMMAND_HOME
         if self.channel == "server":
             try:
-                done = self._call({"op": "own", "root": self.workdir, "uid": uid, "gid": uid, "home": home},
-                                  wait_s=300)
+                done = self._call(wire.Own(self.workdir, uid, uid, home), wait_s=300)
             except _ChannelLost as exc:
                 raise self._lost(exc, "handing the tree to the command user") from exc
-            if not done.get("ok"):
-                raise RuntimeFailure(f"could not hand {self.workdir} to uid {uid}: {done.get('message')}")
+            if not done.ok:
+                raise RuntimeFailure(f"could not hand {self.workdir} to uid {uid}: {done.message}")
             return
         script = f"mkdir -p {home} /tmp/.pinpoint && chown -R {uid}:{uid} {home} /tmp/.pinpoint {shlex.quote(self.workdir)}"
         exec_id = self._exec_create(["sh", "-c", script], user="0")
@@ -268,10 +259,9 @@ class DockerRuntime(GitWorktreeRuntime):
         super()._snapshot()
         self._fast_reset = False
         if self.channel == "server":
-            request = {"op": "snapshot", "root": self.workdir, "store": PRISTINE_STORE, "base": self.base_commit,
-                       "limit_bytes": PRISTINE_LIMIT_BYTES}
+            request = wire.Snapshot(self.workdir, PRISTINE_STORE, self.base_commit, PRISTINE_LIMIT_BYTES)
             try:
-                self._fast_reset = bool(self._call(request, wait_s=300).get("ok"))
+                self._fast_reset = self._call(request, wait_s=300).ok
             except _ChannelLost as exc:
                 raise self._lost(exc, "recording the base state") from exc
 
@@ -372,15 +362,14 @@ class DockerRuntime(GitWorktreeRuntime):
         for conn in conns:
             conn.close()
 
-    def _call(self, request: dict, payload: bytes = b"", sink: OutputBuffer | None = None,
-              wait_s: float = 60.0, tick: _DiskWatch | None = None) -> dict:
+    def _call(self, request: tuple, payload: bytes = b"", sink: OutputBuffer | None = None,
+              wait_s: float = 60.0, tick: _DiskWatch | None = None) -> wire.Status | wire.RunStatus:
         """One request to the command server; data frames go to `sink`; returns the final status. `tick` (the disk
         watch of a running command) is called every `disk_check_s` while the request is open."""
         conn = None
         try:
             conn = self._connection()
-            header = json.dumps(request).encode()
-            conn.sendall(_REQUEST.pack(len(header), len(payload)) + header + payload)
+            conn.sendall(wire.encode_request(request, payload))
             kind, data = _read_frames(conn, sink, time.monotonic() + wait_s, tick)
         except (OSError, EOFError) as exc:
             if conn is not None:
@@ -392,11 +381,7 @@ class DockerRuntime(GitWorktreeRuntime):
                 conn = None
         if conn is not None:
             conn.close()
-        if kind == b"R":
-            exit_code, flags, swept = _RUN_STATUS.unpack(data)
-            return {"exit": None if exit_code == _NO_EXIT else exit_code, "timed_out": bool(flags & 1),
-                    "oom_killed": bool(flags & 2), "pids_limit_hit": bool(flags & 4), "swept": swept}
-        return json.loads(data)
+        return wire.decode_final(kind, data)
 
     # -- exec channel --------------------------------------------------------------------------------------------
     def _exec_create(self, argv: list[str], env: dict[str, str] | None = None, user: str = "0") -> str:
@@ -406,7 +391,8 @@ class DockerRuntime(GitWorktreeRuntime):
         except docker.errors.APIError as exc:
             raise self._lost(exc, "starting a command") from exc
 
-    def _exec_run(self, command: str, timeout: float, env: dict[str, str] | None, buffer: OutputBuffer) -> dict:
+    def _exec_run(self, command: str, timeout: float, env: dict[str, str] | None,
+                  buffer: OutputBuffer) -> wire.RunStatus:
         pidfile = f"/tmp/.pinpoint/{uuid.uuid4().hex}.pid"
         user = self._exec_user
         if self.command_uid is not None:
@@ -423,8 +409,8 @@ class DockerRuntime(GitWorktreeRuntime):
             reader.join(_GRACE_S)
             if reader.is_alive():
                 raise _ChannelLost("the command's output did not end after it was killed")
-            return {"exit": None, "timed_out": True}
-        return {"exit": self._client.api.exec_inspect(exec_id).get("ExitCode"), "timed_out": False}
+            return wire.RunStatus(None, True, False, False, 0)
+        return wire.RunStatus(self._client.api.exec_inspect(exec_id).get("ExitCode"), False, False, False, 0)
 
     @property
     def _exec_user(self) -> str:
@@ -440,8 +426,7 @@ class DockerRuntime(GitWorktreeRuntime):
         watch = _DiskWatch(self, threaded=not server) if self._disk is not None else None
         try:
             if server:
-                request = {"op": "run", "cmd": command, "cwd": self.workdir, "env": env or {}, "timeout": timeout,
-                           "keep_caps": self._keep_caps}
+                request = wire.Run(command, self.workdir, env or {}, timeout, self._keep_caps)
                 status = self._call(request, sink=buffer, wait_s=timeout + _GRACE_S, tick=watch)
             else:
                 status = self._exec_run(command, timeout, env, buffer)
@@ -450,22 +435,22 @@ class DockerRuntime(GitWorktreeRuntime):
         finally:
             if watch is not None:
                 watch.finish()
-        exit_code = status["exit"]
+        exit_code = status.exit_code
         stopped_by = self._stopped_by(status, watch)
-        if (not status["timed_out"] and not stopped_by and (exit_code is None or exit_code >= 128)
+        if (not status.timed_out and not stopped_by and (exit_code is None or exit_code >= 128)
                 and self._status() != "running"):
             raise self._broken(f"it stopped while running {command[:80]!r}")
-        return RawResult(exit_code, buffer.getvalue(), status["timed_out"], time.monotonic() - start, stopped_by)
+        return RawResult(exit_code, buffer.getvalue(), status.timed_out, time.monotonic() - start, stopped_by)
 
-    def _stopped_by(self, status: dict, watch: _DiskWatch | None) -> str | None:
+    def _stopped_by(self, status: wire.RunStatus, watch: _DiskWatch | None) -> str | None:
         """Which limit ended or hindered the command, in words for the model and the episode's status."""
         if watch is not None and watch.exceeded:
             self._recreate_next_reset = True  # what it wrote outside the tree is only undone by a new container
             return (f"disk: the container wrote {watch.used / 2**30:.1f} GiB, over runtime.disk_limit="
                     f"{self.disk_limit}; the command was killed and the next reset() starts a fresh container")
-        if status.get("oom_killed"):
+        if status.oom_killed:
             return f"memory: out of memory (runtime.mem_limit={self.mem_limit}); the kernel killed a process"
-        if status.get("pids_limit_hit"):
+        if status.pids_limit_hit:
             return f"pids: the process limit was reached (runtime.pids_limit={self.pids_limit}); forks failed"
         return None
 
@@ -473,7 +458,7 @@ class DockerRuntime(GitWorktreeRuntime):
         """Kill every running command (the disk watchdog's way to stop a filler)."""
         if self.channel == "server":
             with contextlib.suppress(_ChannelLost):
-                self._call({"op": "stop"}, wait_s=30)
+                self._call(wire.Stop(), wait_s=30)
         else:
             with contextlib.suppress(docker.errors.APIError, RuntimeFailure):
                 self._client.api.exec_start(self._exec_create(
@@ -488,7 +473,7 @@ class DockerRuntime(GitWorktreeRuntime):
         if self.channel == "server":
             data = OutputBuffer(limit=1 << 62)
             try:
-                status = self._call({"op": "read", "path": target}, sink=data)
+                status = self._call(wire.Read(target), sink=data)
             except _ChannelLost as exc:
                 raise self._lost(exc, f"reading {target}") from exc
             _raise_os_error(status, target)
@@ -499,7 +484,7 @@ class DockerRuntime(GitWorktreeRuntime):
             message = (err or b"").decode("utf-8", errors="replace")
             code = (errno_codes.EISDIR if "Is a directory" in message else
                     errno_codes.ENOENT if "No such file" in message or "Not a directory" in message else None)
-            _raise_os_error({"error": "OSError", "errno": code, "message": message.strip()}, target)
+            _raise_os_error(wire.Status.failed(message.strip(), "OSError", code), target)
         return out or b""
 
     def write_file(self, path: str, data: bytes | str) -> None:
@@ -508,7 +493,7 @@ class DockerRuntime(GitWorktreeRuntime):
         payload = data.encode("utf-8") if isinstance(data, str) else data
         if self.channel == "server":
             try:
-                status = self._call({"op": "write", "path": target}, payload)
+                status = self._call(wire.Write(target), payload)
             except _ChannelLost as exc:
                 raise self._lost(exc, f"writing {target}") from exc
             _raise_os_error(status, target)
@@ -539,8 +524,7 @@ class DockerRuntime(GitWorktreeRuntime):
             raise RuntimeBroken(f"runtime on {self.image} is closed")
         if not recreate and self.container is not None and not self._recreate_next_reset:
             with contextlib.suppress(_ChannelLost):
-                request = {"op": "reset", "root": self.workdir, "keep_bytecode": self.keep_bytecode}
-                if self._fast_reset and self._call(request).get("ok"):
+                if self._fast_reset and self._call(wire.Reset(self.workdir, self.keep_bytecode)).ok:
                     return
             with contextlib.suppress(RuntimeFailure, docker.errors.APIError, requests.RequestException):
                 if self._reset_tree():
@@ -569,11 +553,10 @@ class DockerRuntime(GitWorktreeRuntime):
         if self.channel != "server":
             return None
         try:
-            status = self._call({"op": "digest", "root": self.workdir, "patterns": patterns, "stats": stats},
-                                wait_s=120)
+            status = self._call(wire.Digest(self.workdir, patterns, stats), wait_s=120)
         except _ChannelLost as exc:
             raise self._lost(exc, "hashing the working tree") from exc
-        return status.get("sha256") if status.get("ok") else None
+        return status.result.get("sha256") if status.ok else None
 
     def trust_bytecode(self) -> int | None:
         """Record the tree's bytecode of unchanged base files as it is now, so that `keep_bytecode` resets keep
@@ -583,10 +566,10 @@ class DockerRuntime(GitWorktreeRuntime):
         if self.channel != "server":
             return None
         try:
-            status = self._call({"op": "trust_bytecode", "root": self.workdir}, wait_s=120)
+            status = self._call(wire.TrustBytecode(self.workdir), wait_s=120)
         except _ChannelLost as exc:
             raise self._lost(exc, "recording the tree's bytecode") from exc
-        return status.get("trusted") if status.get("ok") else None
+        return status.result.get("trusted") if status.ok else None
 
     def close(self) -> None:
         self._closed = True
@@ -654,19 +637,19 @@ class _DiskWatch:
 
 def _read_frames(conn: socket.socket, sink: OutputBuffer | None, deadline: float,
                  tick: _DiskWatch | None = None) -> tuple[bytes, bytes]:
-    """Read reply frames until the final one (b"X" JSON status, b"R" a run's status); data frames go to `sink`.
+    """Read reply frames until the final one (`wire.STATUS`, `wire.RUN_DONE`); data frames go to `sink`.
     `tick` is called every `tick.period` seconds meanwhile, in this thread."""
     buf = bytearray()
     next_tick = time.monotonic() + tick.period if tick is not None else None
     while True:
-        while len(buf) >= _FRAME.size:
-            kind, size = _FRAME.unpack_from(buf)
-            end = _FRAME.size + size
+        while len(buf) >= wire.FRAME.size:
+            kind, size = wire.FRAME.unpack_from(buf)
+            end = wire.FRAME.size + size
             if len(buf) < end:
                 break
-            data = bytes(buf[_FRAME.size:end])
+            data = bytes(buf[wire.FRAME.size:end])
             del buf[:end]
-            if kind in (b"X", b"R"):
+            if kind in (wire.STATUS, wire.RUN_DONE):
                 return kind, data
             if sink is not None:
                 sink.add(data)
@@ -687,13 +670,12 @@ def _read_frames(conn: socket.socket, sink: OutputBuffer | None, deadline: float
         buf += chunk
 
 
-def _raise_os_error(status: dict, path: str) -> None:
+def _raise_os_error(status: wire.Status, path: str) -> None:
     """Re-raise a failed file operation as the matching OSError subclass (FileNotFoundError, ...)."""
-    if "error" in status:
-        code = status.get("errno")
-        if code is not None:
-            raise OSError(code, os.strerror(code), path)
-        raise OSError(f"{path}: {status.get('message')}")
+    if status.error is not None:
+        if status.errno is not None:
+            raise OSError(status.errno, os.strerror(status.errno), path)
+        raise OSError(f"{path}: {status.message}")
 
 
 def _pump(stream, buffer: OutputBuffer) -> None:

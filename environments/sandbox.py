@@ -31,7 +31,9 @@ from pathlib import Path
 import docker
 from pinpoint.environments.errors import UsageError
 
-SERVER_SOURCE = Path(__file__).with_name("container_server.py")
+#: what the container gets of the command server: its source and its wire protocol, by the names it runs under
+SERVER_FILES = {"server.py": Path(__file__).with_name("container_server.py"),
+                "wire.py": Path(__file__).with_name("wire.py")}
 #: owner of the server's folders: a uid no process in the container runs as
 CONTROL_UID = 65533
 #: the server's own folder in the container (source, pristine copies); put there by archive, mode 0700
@@ -99,16 +101,17 @@ def hardening_kwargs(command_capabilities: str = "", *, server: bool = True, use
 
 
 def server_archive() -> bytes:
-    """A tar of SERVER_HOME (0700, CONTROL_UID) holding the server's source (read-only), for `put_archive("/")`."""
-    source = SERVER_SOURCE.read_bytes()
+    """A tar of SERVER_HOME (0700, CONTROL_UID) holding the server's files (read-only), for `put_archive("/")`."""
     out = BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         home = tarfile.TarInfo(SERVER_HOME.lstrip("/"))
         home.type, home.mode, home.uid, home.gid = tarfile.DIRTYPE, 0o700, CONTROL_UID, 0
         tar.addfile(home)
-        info = tarfile.TarInfo(f"{SERVER_HOME.lstrip('/')}/server.py")
-        info.size, info.mode, info.uid, info.gid = len(source), 0o400, CONTROL_UID, 0
-        tar.addfile(info, BytesIO(source))
+        for name, path in SERVER_FILES.items():
+            source = path.read_bytes()
+            info = tarfile.TarInfo(f"{SERVER_HOME.lstrip('/')}/{name}")
+            info.size, info.mode, info.uid, info.gid = len(source), 0o400, CONTROL_UID, 0
+            tar.addfile(info, BytesIO(source))
     return out.getvalue()
 
 

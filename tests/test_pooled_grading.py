@@ -169,7 +169,7 @@ def _compiled(root: Path, name: str) -> Path:
 def test_a_reset_keeping_bytecode_keeps_only_the_trusted_bytecode_of_unchanged_base_files(tmp_path):
     root, tree = _tree_of(tmp_path, ("a", "b", "d"))
     a_pyc, b_pyc = _compiled(root, "a"), _compiled(root, "b")
-    assert tree.trust_bytecode()["trusted"] == 2  # what priming compiled, before any patch ran
+    assert tree.trust_bytecode().result["trusted"] == 2  # what priming compiled, before any patch ran
     d_pyc = _compiled(root, "d")  # a base module first compiled by a patch's tests: not trusted
     (root / "pkg/b.py").write_text("X = 'patched'\n")
     _compiled(root, "b")
@@ -198,6 +198,7 @@ def test_bytecode_a_patch_forged_for_an_unchanged_module_does_not_reach_the_next
 
 def test_the_install_digest_follows_the_packaging_files_not_the_modules_nor_bytecode(tmp_path):
     from pinpoint.environments.container_server import digest
+    from pinpoint.environments.wire import Digest
 
     (tmp_path / "pkg/__pycache__").mkdir(parents=True)
     (tmp_path / "setup.py").write_text("setup()\n")
@@ -205,7 +206,7 @@ def test_the_install_digest_follows_the_packaging_files_not_the_modules_nor_byte
     (tmp_path / "pkg/mod.py").write_text("x = 1\n")
 
     def relevant() -> str:
-        return digest({"root": str(tmp_path), "patterns": list(eval_steps.INSTALL_RELEVANT)})["sha256"]
+        return digest(Digest(str(tmp_path), list(eval_steps.INSTALL_RELEVANT), False)).result["sha256"]
 
     base = relevant()
     (tmp_path / "pkg/mod.py").write_text("x = 2\n")
@@ -213,6 +214,6 @@ def test_the_install_digest_follows_the_packaging_files_not_the_modules_nor_byte
     assert relevant() == base
     (tmp_path / "setup.py").write_text("setup(name='other')\n")
     assert relevant() != base
-    everything = digest({"root": str(tmp_path), "patterns": None})["sha256"]
+    everything = digest(Digest(str(tmp_path), None, False)).result["sha256"]
     (tmp_path / "pkg/mod.py").write_text("x = 3\n")
-    assert digest({"root": str(tmp_path), "patterns": None})["sha256"] != everything
+    assert digest(Digest(str(tmp_path), None, False)).result["sha256"] != everything
