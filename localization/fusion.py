@@ -73,17 +73,19 @@ def fuse_localizers(
 
 @dataclass(frozen=True)
 class FusionRule:
-    """How `fuse` combines the members once the failing tests are in hand (a spectrum is fused). The field defaults
-    are the rule before `mentions` (the variants `lab/fusion_choice.py` measures are written against them); the
-    agent's is `DEFAULT_RULE`."""
+    """How `fuse` combines the members once the failing tests are in hand (a spectrum is fused). The defaults are
+    the agent's rule, chosen leave one repository out among the variants the lab's fusion choice measures on every
+    committed oracle row: MBFL a member at half weight, `mentions` at double weight, only the switches that made a
+    failing test pass fused, the best of them leading the top file, and no spectrum lead (with `mentions` fused,
+    reciprocal rank orders the top file's lines better than the spectrum alone)."""
 
     #: reciprocal-rank weight per member (1 for any other)
-    weights: tuple[tuple[str, float], ...] = (("mbfl", 0.5),)
-    #: per member, a score its suspects must exceed to be fused (none by default; `(("predicates", 0.1),)` keeps
-    #: only switches that made a failing test pass: one that did not scores at most `predicates.CHANGED_WEIGHT`)
-    floors: tuple[tuple[str, float], ...] = ()
+    weights: tuple[tuple[str, float], ...] = (("mbfl", 0.5), (MENTIONS, 2.0))
+    #: per member, a score its suspects must exceed to be fused: `predicates` above 0.1 keeps only switches that made
+    #: a failing test pass (one that did not scores at most `predicates.CHANGED_WEIGHT`)
+    floors: tuple[tuple[str, float], ...] = (("predicates", 0.1),)
     #: the spectrum's top single lines in fused's top file that lead the list (0: none)
-    spectrum_lead: int = 3
+    spectrum_lead: int = 0
     #: `predicates` lines scoring at least this (a switch that made this share of the failing tests pass, plus a
     #: tenth of the share it changed) lead the top file ahead of the spectrum's, two at most (None: no such lead);
     #: on 21 dev rows thresholds 0.11-1.0 and 1-3 lines gave the same or less than 0.5 and 2
@@ -94,19 +96,13 @@ class FusionRule:
     named_first: bool = True
 
 
-#: the rule before issue 25's leave-one-repository-out choice (predicates fused whole, MBFL only a tie-break)
-PLAIN_RULE = FusionRule(weights=(), floors=())
-#: the agent's rule, chosen leave one repository out among the variants `lab/fusion_choice.py` measures on every
-#: committed oracle row (docs/localization.md, "Lines that name what the issue names" and "`mentions` measured
-#: live"): MBFL a member at half weight, `mentions` at double weight, only the switches that made a failing test
-#: pass fused, the best of them leading the top file, and no spectrum lead: with `mentions` fused, reciprocal rank
-#: orders the top file's lines better than the spectrum alone
-DEFAULT_RULE = FusionRule(weights=(("mbfl", 0.5), (MENTIONS, 2.0)), floors=(("predicates", 0.1),),
-                          spectrum_lead=0)
+#: the rule before the leave-one-repository-out choice: every member at full weight, every switch fused, the
+#: spectrum's top three lines leading the top file
+PLAIN_RULE = FusionRule(weights=(), floors=(), spectrum_lead=3)
 
 
 def fuse(per_signal: dict[str, Sequence[Suspect]], files: str = "anchor",
-         rule: FusionRule = DEFAULT_RULE) -> list[Suspect]:
+         rule: FusionRule = FusionRule()) -> list[Suspect]:
     """What the agent and `bench localize` call fused: with a spectrum, reciprocal rank over every signal as
     `rule` says (weights, floors, which lines lead the top file: `fuse_with_spectrum`); with no execution signal,
     its files in the order of the file-level anchor (BM25), which the others only refine (`refine_files`);
@@ -124,7 +120,7 @@ def fuse(per_signal: dict[str, Sequence[Suspect]], files: str = "anchor",
     return fused
 
 
-def fuse_with_spectrum(signals: dict[str, Sequence[Suspect]], rule: FusionRule = DEFAULT_RULE) -> list[Suspect]:
+def fuse_with_spectrum(signals: dict[str, Sequence[Suspect]], rule: FusionRule = FusionRule()) -> list[Suspect]:
     """Reciprocal rank over the members (each member's suspects above its floor, at its weight), the files the
     failing tests are named after first, then the top file led by the spectrum's top lines, and ahead of them by
     the predicates whose switch makes failing tests pass: fusion is best at the file, the execution signals at the

@@ -60,7 +60,7 @@ class MbflConfig:
     seed: int = 0
     #: where results are cached (None: not cached); `$PINPOINT_CACHE/mbfl` by default, resolved when made
     cache_dir: Path | None = field(default_factory=lambda: paths.cache_dir() / "mbfl")
-    #: also fuse `mbfl` as a member (at half weight: `fusion.DEFAULT_RULE`), besides splitting the spectrum's ties:
+    #: also fuse `mbfl` as a member (at half weight: `fusion.FusionRule()`), besides splitting the spectrum's ties:
     #: the fusion chosen leave one repository out on 32 dev rows (docs/localization.md, "Choosing the fusion")
     fuse_member: bool = True
 

@@ -64,9 +64,10 @@ class PredicateConfig:
     budget_s: float | None = None
     #: where results are cached (None: not cached); `$PINPOINT_CACHE/predicates` by default, resolved when made
     cache_dir: Path | None = field(default_factory=lambda: paths.cache_dir() / "predicates")
-    #: fuse `predicates` as a member (every switch: `fusion.DEFAULT_RULE`), those that made half the failing tests
-    #: pass leading the top file; chosen leave one repository out on 91 dev rows of 8 repositories among variants
-    #: that include switching as the spectrum's tie-break (docs/localization.md, "All measured dev rows")
+    #: fuse `predicates` as a member (the switches that made a failing test pass: `fusion.FusionRule()`), those
+    #: that made half the failing tests pass leading the top file; chosen leave one repository out on 91 dev rows of
+    #: 8 repositories among variants that include switching as the spectrum's tie-break (docs/localization.md, "All
+    #: measured dev rows")
     fuse_member: bool = True
 
     def harness(self) -> MbflConfig:

@@ -229,8 +229,8 @@ def test_a_fix_run_on_local_code_heat_map_patched_line_and_test_output(fix_run, 
 
 
 def test_the_fused_list_is_in_score_order_with_the_spectrum_lead():
-    """Where a rule leads with the spectrum's lines (fusion.lead_with_lines; `FusionRule`'s field defaults do, the
-    default rule does not), they go first and their scores say so, for `show` and the page."""
+    """Where a rule leads with the spectrum's lines (fusion.lead_with_lines: a rule with `spectrum_lead`; the
+    default rule has none), they go first and their scores say so, for `show` and the page."""
     from pinpoint.localization.fusion import FusionRule, fuse
     from pinpoint.localization.suspects import Suspect
 
@@ -238,7 +238,7 @@ def test_the_fused_list_is_in_score_order_with_the_spectrum_lead():
     retrieval = [Suspect("a.py", 1, 20, 0.8, "retrieval"), Suspect("a.py", 3, 3, 0.7, "retrieval"),
                  Suspect("b.py", 2, 2, 0.6, "retrieval")]
     lexical = [Suspect("a.py", 3, 3, 0.9, "lexical")]
-    fused = fuse({"spectrum": spectrum, "retrieval": retrieval, "lexical": lexical}, rule=FusionRule())
+    fused = fuse({"spectrum": spectrum, "retrieval": retrieval, "lexical": lexical}, rule=FusionRule(spectrum_lead=3))
     assert (fused[0].path, fused[0].start_line) == ("a.py", 7)  # the lead
     assert [s.score for s in fused] == sorted((s.score for s in fused), reverse=True)
     assert fused[0].evidence.startswith("[spectrum lead #1")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import random
 
-from pinpoint.localization.fusion import fuse, reciprocal_rank_fusion
+from pinpoint.localization.fusion import FusionRule, fuse, reciprocal_rank_fusion
 from pinpoint.localization.suspects import Suspect
 
 FILES = [f"pkg/m{i}.py" for i in range(12)]
+#: the rule's earlier defaults: MBFL at half weight, every switch fused, the spectrum's top three lines leading
+EARLIER = FusionRule(weights=(("mbfl", 0.5),), floors=(), spectrum_lead=3)
 
 
 def _files_view(suspects: list[Suspect]) -> list[str]:
@@ -96,9 +98,8 @@ def test_predicates_whose_switch_makes_failing_tests_pass_lead_the_top_file_ahea
     predicates = [Suspect("a.py", 7, 7, 1.0, "predicates"), Suspect("a.py", 7, 12, 0.5, "predicates"),
                   Suspect("b.py", 2, 2, 1.0, "predicates"),  # not in the top file: no lead
                   Suspect("a.py", 8, 8, 0.1, "predicates")]  # changed the failure but none passed: no lead
-    from pinpoint.localization.fusion import FusionRule
 
-    led = FusionRule()  # a rule with the spectrum's lead (3 lines): the switches lead ahead of it
+    led = EARLIER  # a rule with the spectrum's lead (3 lines): the switches lead ahead of it
     fused = fuse({"spectrum": spectrum, "predicates": predicates}, rule=led)
     assert [(s.path, s.start_line, s.end_line) for s in fused[:4]] == [
         ("a.py", 7, 7), ("a.py", 3, 3), ("a.py", 4, 4), ("a.py", 5, 5)]
@@ -111,7 +112,7 @@ def test_predicates_whose_switch_makes_failing_tests_pass_lead_the_top_file_ahea
 
 
 def test_the_default_rule_fuses_passing_switches_only_and_mbfl_at_half_weight():
-    from pinpoint.localization.fusion import PLAIN_RULE, FusionRule
+    from pinpoint.localization.fusion import PLAIN_RULE
     from pinpoint.localization.predicates import CHANGED_WEIGHT
 
     spectrum = [Suspect("a.py", n, n, 1.0 - n / 100, "spectrum") for n in (3, 4, 5)]
@@ -122,18 +123,17 @@ def test_the_default_rule_fuses_passing_switches_only_and_mbfl_at_half_weight():
     fused = {(s.path, s.start_line): s.score for s in fuse(members)}
     assert ("b.py", 8) not in fused and ("b.py", 9) in fused  # the floor: a switch that made a failing test pass
     assert fused[("c.py", 2)] == 0.5 / 61  # MBFL's rank 1 at half weight
-    every = {(s.path, s.start_line) for s in fuse(members, rule=FusionRule(floors=()))}
+    every = {(s.path, s.start_line) for s in fuse(members, rule=EARLIER)}
     assert ("b.py", 8) in every and ("b.py", 9) in every  # the previous default: every switch
     plain = {(s.path, s.start_line): s.score for s in fuse(members, rule=PLAIN_RULE)}
     assert ("b.py", 8) in plain and plain[("c.py", 2)] == 1 / 61  # the earlier rule: every switch, full weight
 
 
 def test_without_the_spectrums_lead_the_top_file_keeps_reciprocal_rank_order():
-    from pinpoint.localization.fusion import FusionRule
 
     spectrum = [Suspect("a.py", 9, 9, 1.0, "spectrum"), Suspect("a.py", 1, 30, 0.5, "spectrum")]
     ldb = [Suspect("a.py", 1, 30, 1.0, "ldb"), Suspect("a.py", 2, 2, 0.9, "ldb")]
-    led = fuse({"spectrum": spectrum, "ldb": ldb}, rule=FusionRule(spectrum_lead=3))
+    led = fuse({"spectrum": spectrum, "ldb": ldb}, rule=EARLIER)
     assert led[0].start_line == 9 and led[0].evidence.startswith("[spectrum lead #1")
     plain = fuse({"spectrum": spectrum, "ldb": ldb})  # the default: no lead (with `mentions` fused it pays more)
     assert plain == reciprocal_rank_fusion({"spectrum": spectrum, "ldb": ldb}, weights={"mbfl": 0.5})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from pinpoint.localization.fusion import PLAIN_RULE, FusionRule, fuse
+from pinpoint.localization.fusion import PLAIN_RULE, fuse
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 from pinpoint.localization.test_names import TestNamesLocalizer, code_names, named_files, under_test
 
@@ -66,10 +68,10 @@ def test_fusion_puts_the_named_file_first_and_leads_it_with_the_spectrums_lines_
     named = [Suspect("app/models.py", 1, 200, 1.0, "test_names")]
     plain = fuse({"spectrum": spectrum, "ldb": ldb}, rule=PLAIN_RULE)
     assert plain[0].path == "app/helpers.py"
-    fused = fuse({"spectrum": spectrum, "ldb": ldb, "test_names": named}, rule=FusionRule(spectrum_lead=3))
+    fused = fuse({"spectrum": spectrum, "ldb": ldb, "test_names": named}, rule=PLAIN_RULE)
     assert [(s.path, s.start_line) for s in fused[:2]] == [("app/models.py", 40), ("app/models.py", 41)]
     assert all(a.score >= b.score for a, b in zip(fused, fused[1:], strict=False))  # in score order for every reader
     default = fuse({"spectrum": spectrum, "ldb": ldb, "test_names": named})  # no spectrum lead: the file opens
     assert (default[0].path, default[0].start_line) == ("app/models.py", 40)
-    off = fuse({"spectrum": spectrum, "ldb": ldb, "test_names": named}, rule=FusionRule(named_first=False))
+    off = fuse({"spectrum": spectrum, "ldb": ldb, "test_names": named}, rule=replace(PLAIN_RULE, named_first=False))
     assert off[0].path == "app/helpers.py"

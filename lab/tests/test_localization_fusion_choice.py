@@ -3,7 +3,7 @@ chosen on the others, never by its own best; the ship's default is what the comm
 
 from __future__ import annotations
 
-from pinpoint.localization.fusion import DEFAULT_RULE
+from pinpoint.localization.fusion import FusionRule
 from pinpoint.localization.suspects import Suspect
 from pinpoint_lab.localization import fusion_choice as choice
 from pinpoint_lab.paths import results_dir
@@ -50,5 +50,5 @@ def test_the_agents_default_fusion_is_the_variant_both_committed_measurements_ch
     assert len(rows) >= 110 and len({r["repo"] for r in rows}) == 8
     assert choice.choose(rows) == choice.AGENT_DEFAULT
     default = choice.VARIANTS[choice.AGENT_DEFAULT]
-    assert default.rule == DEFAULT_RULE and set(default.members) == {"mbfl", "predicates"}
+    assert default.rule == FusionRule() and set(default.members) == {"mbfl", "predicates"}
     assert MbflConfig().fuse_member and PredicateConfig().fuse_member  # what the agent's execution signals fuse

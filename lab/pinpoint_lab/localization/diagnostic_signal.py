@@ -17,11 +17,10 @@ import math
 import sys
 import textwrap
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from pinpoint.localization.diagnostic import REPOSITORY_CHECKPOINT, DiagnosticLocalizer
-from pinpoint.localization.fusion import DEFAULT_RULE, fuse
+from pinpoint.localization.fusion import FusionRule, fuse
 from pinpoint.localization.suspects import Suspect
 
 from pinpoint_lab.localization import ties
@@ -95,7 +94,7 @@ def row_report(row: dict, per_function: list[list[Suspect]], weights: Sequence[f
                **{m: signals[m] for m in VARIANTS[AGENT_DEFAULT].members if signals.get(m)}}
     diagnostic = sorted(every, key=lambda s: -s.score)
     for w in weights:
-        rule = replace(DEFAULT_RULE, weights=(*DEFAULT_RULE.weights, ("diagnostic", w)))
+        rule = FusionRule(weights=(*FusionRule().weights, ("diagnostic", w)))
         fused = fuse({**members, "diagnostic": diagnostic} if w else members, rule=rule)
         hits = ranking_hits(fused, row_gold(row), row_sources(row))
         out[f"fused + diagnostic x{w}"] = {m: float(hits[m]) for m in METRICS}

@@ -7,13 +7,13 @@ fusions recomputed from them), and the choice itself is validated: for each repo
 objective on the *other* repositories' rows is scored on that repository's rows. Those held-out figures are the
 honest ones; the variant the same procedure picks on every row (of both committed measurements: 32 rows of four
 repositories run twice, since the rankings move with the machine's load, the second beside 59 rows of four more
-repositories) is the one the agent ships (`fusion.DEFAULT_RULE`).
+repositories) is the one the agent ships (`fusion.FusionRule()`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pinpoint.localization.fusion import NAMED, PLAIN_RULE, FusionRule, fuse
 from pinpoint.localization.mentions import NAME as MENTIONS
@@ -37,8 +37,10 @@ class Variant:
     without: tuple[str, ...] = ()
 
 
-PASSING = FusionRule(weights=(), floors=(("predicates", 0.1),))
-HALF_MBFL = FusionRule(weights=(("mbfl", 0.5),), floors=())
+#: the rule the variants below change a field or two of (the spectrum's lead, MBFL at half weight, every switch)
+EARLIER = FusionRule(weights=(("mbfl", 0.5),), floors=(), spectrum_lead=3)
+PASSING = replace(EARLIER, weights=(), floors=(("predicates", 0.1),))
+HALF_MBFL = replace(EARLIER, weights=(("mbfl", 0.5),), floors=())
 #: every fused variant `bench localize --mbfl` measures; the first seven are issue 25's earlier ones, as named in
 #: docs/localization.md
 VARIANTS: dict[str, Variant] = {
@@ -51,26 +53,26 @@ VARIANTS: dict[str, Variant] = {
     "fused_insertion": Variant("spectrum_mbfl", ("insertion",)),
     "fused_ps_top": Variant("spectrum_mbfl", top_tie="spectrum_ps"),
     "fused_pass": Variant("spectrum_mbfl", ("predicates",), PASSING),
-    "fused_pass_nolead": Variant("spectrum_mbfl", ("predicates",), FusionRule(weights=(), floors=PASSING.floors,
+    "fused_pass_nolead": Variant("spectrum_mbfl", ("predicates",), replace(EARLIER, weights=(), floors=PASSING.floors,
                                                                               switch_lead=None)),
-    "fused_pred_half": Variant("spectrum_mbfl", ("predicates",), FusionRule(weights=(("predicates", 0.5),),
+    "fused_pred_half": Variant("spectrum_mbfl", ("predicates",), replace(EARLIER, weights=(("predicates", 0.5),),
                                                                             floors=())),
     "fused_mbfl_half": Variant("spectrum_mbfl", ("mbfl",), HALF_MBFL),
     "fused_mbfl_half_predicates": Variant("spectrum_mbfl", ("mbfl", "predicates"), HALF_MBFL),
-    "fused_targeted": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(floors=PASSING.floors)),
-    "fused_targeted_mbfl1": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(weights=(),
+    "fused_targeted": Variant("spectrum_mbfl", ("mbfl", "predicates"), replace(EARLIER, floors=PASSING.floors)),
+    "fused_targeted_mbfl1": Variant("spectrum_mbfl", ("mbfl", "predicates"), replace(EARLIER, weights=(),
                                                                                       floors=PASSING.floors)),
-    "fused_predicates_noanchor": Variant("spectrum_mbfl", ("predicates",), FusionRule(weights=(), floors=(),
+    "fused_predicates_noanchor": Variant("spectrum_mbfl", ("predicates",), replace(EARLIER, weights=(), floors=(),
                                                                                       spectrum_lead=0)),
-    "fused_targeted_noanchor": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(
+    "fused_targeted_noanchor": Variant("spectrum_mbfl", ("mbfl", "predicates"), replace(EARLIER,
         floors=PASSING.floors, spectrum_lead=0)),
-    "fused_targeted_unnamed": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(
+    "fused_targeted_unnamed": Variant("spectrum_mbfl", ("mbfl", "predicates"), replace(EARLIER,
         floors=PASSING.floors, named_first=False), without=(NAMED,)),
-    "fused_unnamed": Variant("spectrum", rule=FusionRule(named_first=False), without=(NAMED,)),
+    "fused_unnamed": Variant("spectrum", rule=replace(EARLIER, named_first=False), without=(NAMED,)),
     "fused_unmentioned": Variant("spectrum_mbfl", ("mbfl", "predicates"), HALF_MBFL, without=(MENTIONS,)),
-    "fused_mentions2": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(
+    "fused_mentions2": Variant("spectrum_mbfl", ("mbfl", "predicates"), replace(EARLIER,
         weights=(*HALF_MBFL.weights, (MENTIONS, 2.0)), floors=())),
-    "fused_noanchor_mentions2": Variant("spectrum_mbfl", ("mbfl", "predicates"), FusionRule(
+    "fused_noanchor_mentions2": Variant("spectrum_mbfl", ("mbfl", "predicates"), replace(EARLIER,
         weights=(*HALF_MBFL.weights, (MENTIONS, 2.0)), floors=PASSING.floors, spectrum_lead=0)),
 }
 #: what the choice ranks variants by: the issue's four targets, each in expectation over ties, equally weighted
@@ -81,7 +83,7 @@ CHOICES = ("fused_predicates", "fused", "fused_split", "fused_ps", "fused_ps_top
            "fused_pred_half", "fused_mbfl_half", "fused_mbfl_half_predicates", "fused_targeted",
            "fused_targeted_mbfl1", "fused_predicates_noanchor", "fused_targeted_noanchor", "fused_targeted_unnamed",
            "fused_unmentioned", "fused_mentions2", "fused_noanchor_mentions2")
-#: the variant the agent's default fusion is (`fusion.DEFAULT_RULE` with MBFL and predicate switching fused): what
+#: the variant the agent's default fusion is (`fusion.FusionRule()` with MBFL and predicate switching fused): what
 #: the procedure picks on both committed measurements (168 rows) and in 8 of 8 folds once `mentions` is measured as
 #: the agent runs it, over every line the failing tests ran (it was `fused_targeted_noanchor` with `mentions` read
 #: from the capped line records, `fused_mbfl_half_predicates` before `mentions`, `fused_targeted` on the first 32
