@@ -80,6 +80,7 @@ def subcommand_group(subparsers, name: str, help: str, examples: str = "") -> ar
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return action
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)  # `pinpoint <name>` alone: its commands
     return parser.add_subparsers(dest=f"{name}_command", metavar="COMMAND")
 
 
