@@ -1,4 +1,4 @@
-"""The learned fusion's mutant corpus (localization/lab/fusion_data.py): a small real repository in a LocalRuntime
+"""The learned fusion's mutant corpus (pinpoint_lab/localization/fusion_data.py): a small real repository in a LocalRuntime
 (real pytest, the real trace runner and its mutation mode), and the leave-one-repository-out validation on the
 bench's cached dev rows."""
 
