@@ -71,6 +71,9 @@ class AgentSection:
     """How the graph behaves."""
 
     test_timeout_s: float = 600.0
+    #: the test command's first run on HEAD (fix's preflight): a suite not finished by then is taken as hanging (an
+    #: infinite loop is a failing test); later runs are bounded by a few times what that run took (`hang_bound`)
+    first_test_timeout_s: float = 120.0
     review_on_submit: bool = True
     relocalize_on_failure: bool = True
     #: suspects quoted in the localization prompt

@@ -20,6 +20,7 @@ from pinpoint.agent.preflight import PreflightError, check_imports, check_test_c
 from pinpoint.agent.progress import ProgressFn
 from pinpoint.agent.runner import INFRA_STATUSES, RunResult, hold_run_folder, run_task
 from pinpoint.agent.state import Task
+from pinpoint.agent.test_runs import bounded_by, first_run_timeout
 from pinpoint.environments import paths
 from pinpoint.environments.docker_runtime import DockerRuntime
 from pinpoint.environments.errors import PinpointError, UsageError
@@ -282,8 +283,11 @@ def fix_repository(request: FixRequest, config: Config, layout: RunLayout, *, fr
                 if task.test_command:
                     if request.local:
                         check_imports(runtime, runtime.workdir, task.test_command)
-                    check_test_command(runtime, task.test_command, config.agent.test_timeout_s,
-                                       hint=_missing_module_hint(request, deps))
+                    first = check_test_command(runtime, task.test_command, first_run_timeout(config),
+                                               hint=_missing_module_hint(request, deps))
+                    config, hang = bounded_by(config, first)
+                    if hang:
+                        log(f"pinpoint fix: {hang}")
                 log({"new": f"pinpoint fix: new run {run_dir}"}.get(began, f"pinpoint fix: {began} in {run_dir}"))
                 result = run_task(task, runtime, config, run_dir=run_dir, fresh=fresh, on_progress=on_progress,
                                   meta={"repo": request.repo, "commit": commit, "run_key": key,

@@ -183,3 +183,40 @@ def test_in_a_container_the_candidates_repair_a_planted_bug_while_the_model_answ
     assert not [c for c in trajectory["candidates"] if c["origin"] != "candidate"]  # no revision was bought
     shown = subprocess.run(["git", "-C", str(repo), "show", "pinpoint/fix"], capture_output=True, text=True)
     assert "+    return a + b" in shown.stdout
+
+
+def test_a_first_run_that_hangs_bounds_every_later_run_and_says_so():
+    from pinpoint.agent.config import load_config
+    from pinpoint.agent.test_runs import bounded_by, first_run_timeout
+
+    config = load_config(**{"agent.first_test_timeout_s": 7.0})
+    assert first_run_timeout(config) == 7.0
+    hung, note = bounded_by(config, TestRun("pytest", None, timed_out=True, timeout=7.0, seconds=7.0))
+    assert hung.agent.test_timeout_s == 7.0 and "taken as a hang" in note and "agent.first_test_timeout_s" in note
+    quick, note = bounded_by(config, TestRun("pytest", 1, seconds=0.2))
+    assert quick.agent.test_timeout_s == HANG_FLOOR_S and note is None
+    assert config.agent.test_timeout_s == 600.0  # the caller's config is left as it was
+
+
+@pytest.mark.slow
+def test_fix_local_on_a_repository_that_loops_forever_says_hang_and_repairs_it(tmp_path, capsys):
+    from pinpoint.cli import main
+
+    repo = tmp_path / "loop-repo"
+    _repo(repo, LOOPING, LOOP_TEST.replace("assert countdown(1) == 0\n",
+                                           "\n\ndef test_odd():\n    assert countdown(1) == 0\n"))
+    issue = tmp_path / "issue.txt"
+    issue.write_text("`countdown` in calc.py never returns for odd numbers.")
+    with FakeScriptedLLMServer(default=text("no idea")) as fake:
+        code = main(["fix", str(repo), "--issue", str(issue), "--local", "--test-cmd",
+                     f"{sys.executable} -m pytest -q -p no:cacheprovider tests", "--output", str(tmp_path / "out"),
+                     "--set", "agent.first_test_timeout_s=5", "--set", "agent.execution=false",
+                     "--set", "agent.review_on_submit=false", "--set", "budget.max_steps=2",
+                     "--base-url", fake.base_url, "--model", "fake-nonsense"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "did not finish in 5 s on HEAD: taken as a hang" in err
+    [path] = (tmp_path / "out").glob("fix/*/trajectories/*/trajectory.json")
+    trajectory = json.loads(path.read_text())
+    assert trajectory["status"] == "submitted"
+    assert any(c["ok"] and c["origin"] == "candidate" for c in trajectory["candidates"])

@@ -18,8 +18,10 @@ import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -190,25 +192,48 @@ def suspect_hit(suspects: list[Suspect], gold: set[int], k: int) -> bool:
 
 
 def bench_repair(rows: list[dict], arms: list[str], out: Path, config: Config, ask: Ask | None = None,
-                 scorer: LocalScorer | None = None, progress: Callable[[str], None] = print
+                 scorer: LocalScorer | None = None, progress: Callable[[str], None] = print, workers: int = 1
                  ) -> dict[str, list[BugResult]]:
-    """Each arm on each row, one JSON line per (arm, bug) in `out/rows.jsonl`; rows already there are kept."""
+    """Each arm on each row, one JSON line per (arm, bug) in `out/rows.jsonl`, appended as each bug ends; rows
+    already there are kept. `workers` bugs run at once (their time is spent in test runs, outside Python)."""
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "rows.jsonl"
     done = {(r["arm"], r["bug"]): BugResult(**r) for r in (_jsonl(cache) if cache.exists() else [])}
-    for arm in arms:
-        for row in rows:
-            if (arm, row["task_id"]) in done:
-                continue
-            with tempfile.TemporaryDirectory(prefix="pinpoint-repair-bench-") as tmp:
-                found = run_bug(row, arm, config, Path(tmp), ask, scorer)
+    lock = threading.Lock()
+    shared = _Serialized(scorer) if scorer is not None else None
+
+    def one(arm: str, row: dict) -> None:
+        with tempfile.TemporaryDirectory(prefix="pinpoint-repair-bench-") as tmp:
+            found = run_bug(row, arm, config, Path(tmp), ask, shared)  # type: ignore[arg-type]
+        with lock:
             with cache.open("a") as fh:
                 fh.write(json.dumps(asdict(found)) + "\n")
             done[(arm, found.bug)] = found
             progress(f"{arm} {found.bug}: {'plausible' if found.plausible else 'fail'}"
                      f"{' correct' if found.correct else ''} ({found.source} {found.edit}) {found.seconds:.0f}s")
+
+    todo = [(arm, row) for arm in arms for row in rows if (arm, row["task_id"]) not in done]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for future in [pool.submit(one, arm, row) for arm, row in todo]:
+            future.result()
     wanted = {r["task_id"] for r in rows}
     return {arm: [r for (a, _), r in done.items() if a == arm and r.bug in wanted] for arm in arms}
+
+
+class _Serialized:
+    """The scorer behind a lock: bugs run in threads, the model scores one batch at a time."""
+
+    def __init__(self, scorer: LocalScorer):
+        self._scorer = scorer
+        self._lock = threading.Lock()
+
+    def score(self, *args, **kwargs):
+        with self._lock:
+            return self._scorer.score(*args, **kwargs)
+
+    def score_mutants(self, *args, **kwargs):
+        with self._lock:
+            return self._scorer.score_mutants(*args, **kwargs)
 
 
 def summary(results: list[BugResult]) -> dict:

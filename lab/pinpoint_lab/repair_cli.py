@@ -28,6 +28,7 @@ def register(bench: argparse._SubParsersAction) -> None:
                         "bugs already there are not run again")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="override a config field (e.g. agent.execution=false, search.k=20)")
+    parser.add_argument("--workers", type=int, default=1, help="bugs at once (default 1)")
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
     parser.set_defaults(func=_repair)
 
@@ -41,7 +42,7 @@ def _repair(args: argparse.Namespace) -> int:
     out = args.out or results_dir() / "repair-humanevalfix"
     ask = _model(config) if "llm" in arms else None
     results = repair_bench.bench_repair(repair_bench.humanevalfix(args.limit), arms, out, config, ask,
-                                        embedded_scorer())
+                                        embedded_scorer(), workers=args.workers)
     table = {arm: repair_bench.summary(rows) for arm, rows in results.items()}
     print("HumanEvalFix, failing tests given (test-driven repair); correct = the reference's syntax tree")
     print(" | ".join(["arm"] + [header for _, header, _ in COLUMNS]))
