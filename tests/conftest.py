@@ -19,7 +19,7 @@ os.environ.setdefault("PINPOINT_SHARED_DATA", str(DEV_DATA))
 def _no_user_config(tmp_path_factory: pytest.TempPathFactory):
     """Every test (and the CLI it starts in a subprocess) reads an empty XDG config folder, never the developer's
     own ~/.config/pinpoint/config.yaml (a test that wants a user file sets XDG_CONFIG_HOME itself), and a run
-    without --runs-dir writes under a temporary folder, never into the checkout's ./runs (where a run left by an
+    without -o/--output writes under a temporary folder, never into the checkout's ./runs (where a run left by an
     older version would refuse the next one's settings). A pytest that a test starts on the host (a team
     repository's test command) loads no entry-point plugins: this venv's hypothesis and langsmith plugins cost
     ~1.3 s per start, and no test command here uses one."""
