@@ -241,7 +241,7 @@ def test_the_fused_list_is_in_score_order_with_the_spectrum_lead():
     fused = fuse({"spectrum": spectrum, "retrieval": retrieval, "lexical": lexical}, rule=FusionRule(spectrum_lead=3))
     assert (fused[0].path, fused[0].start_line) == ("a.py", 7)  # the lead
     assert [s.score for s in fused] == sorted((s.score for s in fused), reverse=True)
-    assert fused[0].evidence.startswith("[spectrum lead #1")
+    assert fused[0].placements[-1].by == "spectrum lead" and fused[0].describe().startswith("[spectrum lead #1")
     by_default = fuse({"spectrum": spectrum, "retrieval": retrieval, "lexical": lexical})
     assert [s.score for s in by_default] == sorted((s.score for s in by_default), reverse=True)
 
@@ -387,7 +387,7 @@ def test_a_graded_swebench_run_beside_the_demo_table_plots_verdict_and_gold(demo
 
 @pytest.mark.slow
 def test_an_rl_rollout_as_a_table_with_its_episodes(demo_task, browser, tmp_path):
-    """A real `pinpoint rollout` (the demo's bug as a local task; the scripted gold policy is a FAKE replaying the
+    """A real `pinpoint rl rollout` (the demo's bug as a local task; the scripted gold policy is a FAKE replaying the
     reference patch) to Parquet, beside a row whose writer left most fields out."""
     import pyarrow.parquet as pq
 

@@ -1,4 +1,4 @@
-"""A `pinpoint rollout` driver killed with SIGKILL leaves no container behind: the run prints its id first (stderr),
+"""A `pinpoint rl rollout` driver killed with SIGKILL leaves no container behind: the run prints its id first (stderr),
 and the reaper started with the run's first box (environments/reaper.py) removes every container labelled with it
 once the driver is gone. Real Docker (the psf__requests-1142 instance image), real Ray; the scripted gold policy is a fake (it replays
 the reference patch) with the dense localization reward, so episodes are short and need no grading."""

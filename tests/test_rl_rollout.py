@@ -1,4 +1,4 @@
-"""`pinpoint rollout` on a real local Ray instance: the dataset is written as episodes finish, a kill loses nothing
+"""`pinpoint rl rollout` on a real local Ray instance: the dataset is written as episodes finish, a kill loses nothing
 already written, and the rerun finishes only what is missing. The task is the demo's real bug as a local task; the
 scripted gold policy is a fake (it replays the reference patch), so every reward is known."""
 

@@ -1,4 +1,4 @@
-"""`pinpoint rollout`'s sampling seeds and failure policy against a FAKE vLLM server (tests/fake_vllm_server.py,
+"""`pinpoint rl rollout`'s sampling seeds and failure policy against a FAKE vLLM server (tests/fake_vllm_server.py,
 vLLM's real token-id API shapes; a real vLLM is in tests/test_rl_vllm.py): each turn's seed, a model server that
 restarts mid-run, a usage error that stops the run, `raise`, and what every row says about its tries and decoding.
 The task is the demo's real bug as a local task (host, no container)."""
@@ -103,7 +103,7 @@ def test_rollout_help_names_every_model_backend_and_failure_policy() -> None:
 
 
 def _find(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The subcommand `name`'s parser wherever it is (`pinpoint rollout` or `pinpoint rl rollout`)."""
+    """The subcommand `name`'s parser wherever it is (`pinpoint rl rollout` or `pinpoint rl rollout`)."""
     for action in parser._actions:  # noqa: SLF001 (argparse has no public walk)
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             for key, sub in action.choices.items():

@@ -1,4 +1,4 @@
-"""`pinpoint rollout --backend ray` through the shared executor (environments/executor.py): Ray actors, one per
+"""`pinpoint rl rollout --backend ray` through the shared executor (environments/executor.py): Ray actors, one per
 worker, each with its own warm pool; a task's samples (its GRPO group) all on one actor; the driver the only
 writer. The rows match those of the local backend on the same task (the scripted gold policy, a FAKE that replays
 the reference patch, on the demo's real bug as a local task)."""

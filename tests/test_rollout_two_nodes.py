@@ -1,4 +1,4 @@
-"""`pinpoint rollout --backend ray` on the two-node cluster of tests/two_nodes.py (the second node on a second
+"""`pinpoint rl rollout --backend ray` on the two-node cluster of tests/two_nodes.py (the second node on a second
 dockerd): one episode worker (a Ray actor holding 2 `docker` units) per node, so the two tasks' boxes run on the
 two engines. The second node's processes are SIGKILLed once its engine holds a box of the run, and the node is
 restarted: the run still completes with the rows `--backend local` writes, every (task, sample) once, each task's
