@@ -103,7 +103,7 @@ def test_rollout_help_names_every_model_backend_and_failure_policy() -> None:
 
 
 def _find(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The subcommand `name`'s parser wherever it is (`pinpoint rl rollout` or `pinpoint rl rollout`)."""
+    """The subcommand `name`'s parser wherever it sits in the tree (`pinpoint rl rollout`)."""
     for action in parser._actions:  # noqa: SLF001 (argparse has no public walk)
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             for key, sub in action.choices.items():
