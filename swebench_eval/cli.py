@@ -57,7 +57,7 @@ def sources_from_args(args: argparse.Namespace) -> RepoSources:
 
 def selection_from_args(args: argparse.Namespace) -> Selection:
     """The requested instances that have a repository source; the others are named on stderr and left out."""
-    selection = select_instances(args.dataset, args.instances, args.repos, sources=sources_from_args(args),
+    selection = select_instances(args.dataset, args.instances, getattr(args, "repos", None), sources=sources_from_args(args),
                                  limit=getattr(args, "limit", None), every=getattr(args, "every", None))
     selection.report_missing()
     return selection
