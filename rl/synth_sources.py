@@ -64,7 +64,8 @@ def instance_source(instance_id: str, dataset: str | None, work_dir: Path, timeo
     test_cmd = spec_for(instance)["test_cmd"]
     tests = shlex.quote(test_cmd + ' "$@"')
     inner = f'cd /testbed && exec timeout -k 5 {int(timeout_s)} bash -c {tests} _ "$@"'
-    command = f'docker run --rm --network none -v "$PWD":/testbed {image} bash -c {shlex.quote(inner)} _'
+    command = (f'docker run --rm --network none -e COLUMNS=400 -v "$PWD":/testbed {image} '
+               f'bash -c {shlex.quote(inner)} _')
     fixed = [p.path for p in PatchSet(instance.patch) if p.path.endswith(".py")]
     return Source(instance_id, str(dest), command, tuple(test_directives(instance)), parser.__name__,
                   tuple(_near(dest, fixed)))

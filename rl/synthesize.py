@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -104,7 +105,8 @@ def run_tests(source: Source, args: list[str], timeout_s: float) -> TestRun:
     """Run the source's test command with `args` in its checkout; statuses by the official parser. A run over
     `timeout_s` is killed with its process group and reported as hung."""
     command = " ".join([source.test_command, *(shlex.quote(a) for a in args)])
-    proc = subprocess.Popen(["bash", "-c", command], cwd=source.repo, stdout=subprocess.PIPE,
+    env = {**os.environ, "COLUMNS": "400"}  # pytest cuts its summary lines to the terminal's width
+    proc = subprocess.Popen(["bash", "-c", command], cwd=source.repo, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout_s)
@@ -235,17 +237,37 @@ def inverse_patch(path: str, mutant: str, original: str) -> str:
 def problem_statement(broken: list[str], output: str) -> str:
     """What a user reporting the failures would write: the failing tests and how each fails (pytest's short
     summary line), nothing about where the fault is."""
-    reasons = {}
+    reasons = _traceback_errors(output)
     for line in output.splitlines():
         for prefix in ("FAILED ", "ERROR "):
             if line.startswith(prefix) and " - " in line:
                 test, reason = line[len(prefix):].split(" - ", 1)
-                reasons.setdefault(test.strip(), reason.strip()[:STATEMENT_CHARS])
+                if not reason.rstrip().endswith("..."):  # pytest cuts summary lines at the terminal's width
+                    reasons[test.strip()] = reason.strip()[:STATEMENT_CHARS]
     shown = broken[:STATEMENT_TESTS]
-    lines = [f"- {test}: {reasons.get(test, 'fails (no message)')}" for test in shown]
+    lines = [f"- {test}: {reasons.get(test) or reasons.get(_headline(test)) or 'fails (no message)'}"
+             for test in shown]
     more = f"\n... and {len(broken) - len(shown)} more failing test(s)." if len(broken) > len(shown) else ""
     return ("These tests used to pass and now fail:\n" + "\n".join(lines) + more +
             "\n\nFix the code so that they pass again, without changing the tests.")
+
+
+def _headline(test: str) -> str:
+    """How pytest titles a test's traceback section: `Class.test_name` for `file.py::Class::test_name`."""
+    return ".".join(test.split("::")[1:]) or test
+
+
+def _traceback_errors(output: str) -> dict[str, str]:
+    """The first `E   ...` line of each traceback section, by the section's title."""
+    errors: dict[str, str] = {}
+    title = ""
+    for line in output.splitlines():
+        header = re.fullmatch(r"_{3,} (.+?) _{3,}", line.strip())
+        if header:
+            title = header.group(1)
+        elif title and line.startswith("E ") and title not in errors:
+            errors[title] = line[1:].strip()[:STATEMENT_CHARS]
+    return errors
 
 
 def distance(path: str, line: int, output: str) -> int:

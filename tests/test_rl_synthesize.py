@@ -70,5 +70,8 @@ def test_the_gold_patch_is_the_inverse_edit_and_the_statement_quotes_failures() 
     patch = inverse_patch("pkg/m.py", "x = 2\n", "x = 1\n")
     assert patch.startswith("diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n")
     assert "-x = 2\n+x = 1\n" in patch
-    text = problem_statement(["t.py::test_a", "t.py::test_b"], "FAILED t.py::test_a - assert 2 == 1\n")
+    output = ("____ T.test_c ____\n    def test_c():\nE   KeyError: 'x'\n"
+              "FAILED t.py::test_a - assert 2 == 1\nFAILED t.py::T::test_c - KeyErr...\n")
+    text = problem_statement(["t.py::test_a", "t.py::test_b", "t.py::T::test_c"], output)
     assert "t.py::test_a: assert 2 == 1" in text and "t.py::test_b: fails (no message)" in text
+    assert "t.py::T::test_c: KeyError: 'x'" in text  # a summary line cut short: the traceback's error instead
