@@ -45,8 +45,9 @@ def install_script(deps: TestDeps, workdir: str = REPO_WORKDIR, venv: str = VENV
         lines.append(f'$PIP install -r {quoted} || echo "pinpoint: could not install {name} (offline?)"')
     target = shlex.quote(f".[{','.join(deps.extras)}]") if deps.extras else "."
     lines += ["if [ -f pyproject.toml ] || [ -f setup.py ]; then",
-              f"  $PIP install -e {target} || $PIP install -e . || $PIP install --no-deps --no-build-isolation "
-              '--no-index -e . || echo "pinpoint: no install"', "fi"]
+              f"  $PIP install -e {target} || {{ echo 'pinpoint: could not install {target}; trying without extras'; "
+              "$PIP install -e .; } || $PIP install --no-deps --no-build-isolation --no-index -e . || "
+              'echo "pinpoint: no install"', "fi"]
     if deps.requirements:
         words = " ".join(shlex.quote(r) for r in deps.requirements)
         lines.append(f"$PIP install {words} || for r in {words}; do $PIP install \"$r\" || "

@@ -127,7 +127,8 @@ def team_venv(repo: Path, venv: Path) -> Path:
     deps = find_test_deps(ProjectFiles(repo, "HEAD"))
     script = install_script(deps, workdir=str(repo), venv=str(venv), python=shlex.quote(sys.executable))
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
-    assert (venv / "bin" / "python").exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("pinpoint: ")]
+    assert (venv / "bin" / "python").exists() and not failed, "\n".join(failed) + proc.stderr[-3000:]
     return venv / "bin" / "python"
 
 
