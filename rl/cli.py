@@ -23,8 +23,9 @@ from pinpoint.swebench_eval.cli import instance_arg
 
 ROLLOUT_BACKENDS = ("llama.cpp", "vllm", "sglang", "openai")
 SUSPECTS = ("none", "oracle")
-POLICY_HELP = ("scripted-gold (a FAKE that replays the reference patch), noop, embedded (the offline SmolLM2), or "
-               "the URL of an OpenAI-compatible endpoint (with --model)")
+POLICY_HELP = ("scripted-gold (a FAKE that replays the reference patch), noop, candidates (no model: edit candidates "
+               "at the suspect lines, with --suspects oracle), embedded (the offline SmolLM2), or the URL of "
+               "an OpenAI-compatible endpoint (with --model)")
 
 
 def register(subparsers) -> None:

@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import Any
 
+from pinpoint.agent.candidate_policy import CandidatesPolicy
 from pinpoint.agent.llm import LLMClient, LLMConfig, LLMContextLengthExceeded, LLMError
 from pinpoint.rl.env import InfraFailure, RepairEnv
 from pinpoint.rl.gateway import RecordingGateway, SeedKey
@@ -26,7 +27,7 @@ from pinpoint.rl.policies import GoldPolicy, LLMPolicy, NoopPolicy, Policy, acti
 from pinpoint.rl.tasks import RlTask
 from pinpoint.rl.tokens import EpisodeTokens
 
-SCRIPTED_POLICIES = ("scripted-gold", "noop")
+SCRIPTED_POLICIES = ("scripted-gold", "noop", "candidates")
 #: what a model server answers to a request it will never take, whoever asks again: the run's configuration is wrong
 USAGE_STATUSES = frozenset({400, 401, 403, 404})
 #: the reason prefix of an episode ended by the model server (not its box)
@@ -41,12 +42,15 @@ def is_usage_error(exc: LLMError) -> bool:
 
 def make_policy(spec: str, task: RlTask, llm: LLMConfig | None, gateway: RecordingGateway | None,
                 episode_id: str, seed: SeedKey | None = None) -> Policy:
-    """`scripted-gold` (a fake that replays the gold patch), `noop`, or a model (`llm`, through `gateway`, which
+    """`scripted-gold` (a fake that replays the gold patch), `noop`, `candidates` (no model: the search's edit
+    candidates at the listed suspect lines), or a model (`llm`, through `gateway`, which
     derives each turn's seed from `seed`)."""
     if spec == "scripted-gold":
         return GoldPolicy(task.gold_patch)
     if spec == "noop":
         return NoopPolicy()
+    if spec == "candidates":
+        return CandidatesPolicy(task)
     if llm is None:
         raise ValueError(f"policy {spec!r} needs an LLM config")
     base_url = gateway.episode_url(episode_id, seed) if gateway is not None else llm.base_url

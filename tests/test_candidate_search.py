@@ -220,3 +220,26 @@ def test_fix_local_on_a_repository_that_loops_forever_says_hang_and_repairs_it(t
     trajectory = json.loads(path.read_text())
     assert trajectory["status"] == "submitted"
     assert any(c["ok"] and c["origin"] == "candidate" for c in trajectory["candidates"])
+
+
+def test_the_rl_candidates_policy_repairs_the_demo_bug_through_tool_calls(demo_task):
+    from pinpoint.agent.candidate_policy import CandidatesPolicy
+    from pinpoint.rl.env import EnvSettings, RepairEnv
+    from pinpoint.rl.suspects import LineSuspect, suspects_message
+
+    listed = suspects_message([LineSuspect("numeric/functions.py", 10, 1.0, ("spectrum",), "truncate_number")])
+    policy = CandidatesPolicy(demo_task)
+    with RepairEnv(EnvSettings(reward="unit")) as env:
+        observation, _ = env.reset(options={"task": demo_task})
+        messages = [{"role": "user", "content": observation + "\n\n" + listed}]  # as suspects="oracle" lists them
+        names = []
+        for _ in range(30):
+            action, _ = policy.act(messages)
+            names.append(action["name"])
+            observation, reward, terminated, truncated, info = env.step(action)
+            messages.append({"role": "user", "content": observation})
+            if terminated or truncated:
+                break
+    assert (reward, info["outcome"]) == (1.0, "resolved")
+    assert names[0] == "view" and names[-1] == "submit" and "run_tests" in names
+    assert names.count("str_replace_editor") % 2 == 1  # every failed candidate undone, the passing one kept
