@@ -96,7 +96,7 @@ def register(subparsers) -> None:
                         "running or not)", "pinpoint env prune\npinpoint env prune --label 3f2a9c1b7d4e\n"
                         "pinpoint env prune --all")
     prune.add_argument("--label", metavar="ID", help="every container whose pinpoint.run label is ID (the `run id:` "
-                       "a rollout prints), running or not")
+                       "a command that starts boxes prints first), running or not")
     prune.add_argument("--all", action="store_true", dest="every",
                        help="every pinpoint container on this engine, any user's, running runs' too")
     prune.set_defaults(func=_prune)
