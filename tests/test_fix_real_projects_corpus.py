@@ -76,6 +76,12 @@ PROJECTS = [
             "# int_to_bytes drops trailing zero bytes\n\n`bytes_to_int(int_to_bytes(256))` is 1, not 256, so "
             "timestamps round-trip wrong.\n",
             "{py} -m pytest -q -p no:cacheprovider tests/test_itsdangerous/test_encoding.py"),
+    Project("click", "8.2.1", "src/, flit, PEP 735 `tests` dependency group, uv.lock, pytest", "src/click/utils.py",
+            "    if paragraph_end != -1:\n", "    if paragraph_end == -1:\n",
+            "# Short help shows every paragraph\n\nA command whose help has several paragraphs shows all of them in "
+            "its group's command list; only the first paragraph should be used.\n",
+            "{py} -m pytest -q -p no:cacheprovider tests/test_utils.py tests/test_formatting.py "
+            "-k 'short_help or formatting'"),
 ]
 #: the projects also fixed in a container (each builds an image: minutes)
 IN_CONTAINER = ("platformdirs", "pastel")
