@@ -126,13 +126,17 @@ def _parser(name: str) -> Callable[[str, Any], dict[str, str]]:
     return parser
 
 
-def baseline(source: Source, timeout_s: float) -> list[str]:
-    """The tests that pass on every one of three runs: twice as configured, then selected by id."""
+def baseline(source: Source, timeout_s: float) -> tuple[list[str], str]:
+    """The tests that pass on every one of three runs: twice as configured, then selected by id; with the last
+    run's final output line (what to show when none passes)."""
     first, second = (run_tests(source, list(source.tests), timeout_s) for _ in range(2))
     steady = sorted(first.passing() & second.passing())
-    if not steady:
-        return []
-    return sorted(run_tests(source, steady, timeout_s).passing() & set(steady))
+    last = second
+    if steady:
+        last = run_tests(source, steady, timeout_s)
+        steady = sorted(last.passing() & set(steady))
+    tail = next((line.strip() for line in reversed(last.output.splitlines()) if line.strip()), "no output")
+    return steady, tail[:200]
 
 
 def candidate_files(source: Source) -> list[str]:
@@ -174,10 +178,11 @@ def synthesize(source: Source, settings: SynthSettings) -> SynthResult:
     stats = SynthStats(source.name)
     result = SynthResult(stats=stats)
     base = _git(source.repo, "rev-parse", "HEAD")
-    passing = baseline(source, settings.timeout_s)
+    passing, tail = baseline(source, settings.timeout_s)
     stats.baseline_tests = len(passing)
     if not passing:
-        stats.error = "no test passes on the unbroken repository"
+        stats.error = (f"no test passes steadily on the unbroken repository, selected by id (the command must print "
+                       f"pytest's -rA summary; its last line: {tail})")
         stats.seconds = time.monotonic() - started
         return result
     seen: set[str] = set()
