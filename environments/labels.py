@@ -11,7 +11,7 @@ import uuid
 import docker
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.processes import process_start
-from pinpoint.environments.reaper import watch_boxes
+from pinpoint.environments.watch import watch_boxes
 
 MANAGED_LABEL = "pinpoint.managed"
 RUN_LABEL = "pinpoint.run"

@@ -2,10 +2,10 @@
 no cleanup of its own can run), it removes the containers that process started, so nothing is left behind for
 longer than a few seconds, whatever command started them and wherever it ran.
 
-Every box pinpoint starts is labelled by `labels.container_labels`, and that call also calls `watch_boxes`: the
-first box of a process on an engine starts one reaper for (run id, process, engine), so the one mechanism covers
-`run`, `batch`, `eval`, `fix`, `demo`, `rl rollout`, `images build` and the benches, on the driver or on a Ray
-worker (whose boxes carry the worker's pid: a worker killed by an interrupted `eval` is reaped like a driver).
+Every box pinpoint starts is labelled by `labels.container_labels`, and that call also calls `watch.watch_boxes`:
+the first box of a process on an engine starts one reaper for (run id, process, engine), so the one mechanism
+covers `run`, `batch`, `eval`, `fix`, `demo`, `rl rollout`, `images build` and the benches, on the driver or on a
+Ray worker (whose boxes carry the worker's pid: a worker killed by an interrupted `eval` is reaped like a driver).
 
 The reaper is `python -m pinpoint.environments.reaper` detached twice (its own session, and not a child of the
 watched process: Ray kills a dead worker's children). It first removes this user's boxes on its engine whose
@@ -21,11 +21,11 @@ import argparse
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from pinpoint.environments.processes import pid_exists, process_start
+from pinpoint.environments.watch import watched_runs
 
 #: how often the reaper looks at the watched process and, after it is gone, at the engine
 POLL_S = 1.0
@@ -33,9 +33,6 @@ POLL_S = 1.0
 SETTLE_S = 10.0
 #: and stop pruning after this long whatever happens (an engine that never answers)
 MAX_REAP_S = 300.0
-
-_watched: set[tuple[str, int, str]] = set()
-_watched_lock = threading.Lock()
 
 
 def alive(pid: int, start: str | None) -> bool:
@@ -45,47 +42,19 @@ def alive(pid: int, start: str | None) -> bool:
     return process_start(pid) == start and start is not None
 
 
-def watch_boxes(run_id: str) -> None:
-    """Make sure a reaper watches this process for the boxes it starts under `run_id` on its engine (DOCKER_HOST):
-    the first call per (run, process, engine) starts one; later calls cost a set lookup."""
-    key = (run_id, os.getpid(), os.environ.get("DOCKER_HOST", ""))
-    with _watched_lock:
-        if key in _watched:
-            return
-        _watched.add(key)
-    start_reaper(run_id, only_pid=True)
-
-
 def release_own_boxes() -> int:
     """Remove, now, the boxes this process started (of every run it labelled boxes for): on Ctrl-C or SIGTERM a
     process must not wait for its threads' commands to end before its boxes go; how many were removed."""
     from pinpoint.environments.engine import client
     from pinpoint.environments.labels import prune_containers
 
-    with _watched_lock:
-        runs = {run_id for run_id, pid, _ in _watched if pid == os.getpid()}
     removed = 0
-    for run_id in runs:
+    for run_id in watched_runs():
         try:
             removed += prune_containers(client(), run_id, os.getpid())
         except Exception:  # noqa: BLE001 - an engine away: the reaper removes them once this process is gone
             continue
     return removed
-
-
-def start_reaper(run_id: str, pid: int | None = None, only_pid: bool = False) -> None:
-    """Start the detached watchdog for `pid` (default: this process) and the containers of `run_id` (all of them,
-    or with `only_pid` only those `pid` started); returns once it runs on its own."""
-    pid = os.getpid() if pid is None else pid
-    command = [*_command(run_id, pid, only_pid), "--detach"]
-    subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   close_fds=True, check=False, timeout=60)
-
-
-def _command(run_id: str, pid: int, only_pid: bool) -> list[str]:
-    start = process_start(pid) or ""
-    return [sys.executable, "-m", "pinpoint.environments.reaper", "--pid", str(pid), "--start", start,
-            "--run-id", run_id, *(["--only-pid"] if only_pid else [])]
 
 
 def reap(run_id: str, pid: int | None, poll_s: float = POLL_S, settle_s: float = SETTLE_S,

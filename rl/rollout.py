@@ -27,7 +27,6 @@ from pinpoint.environments.errors import UsageError
 from pinpoint.environments.executor import Item, Needs, executor_for
 from pinpoint.environments.files import json_objects, last_per_key
 from pinpoint.environments.labels import RUN_ID, RUN_ID_ENV
-from pinpoint.environments.reaper import start_reaper
 from pinpoint.environments.runtime import RuntimeSettings
 from pinpoint.rl.env import EnvSettings, InfraFailure, RepairEnv
 from pinpoint.rl.health import SERVER_WAIT_S, wait_for_server
@@ -131,7 +130,7 @@ class EpisodeWorker:
     """A Ray actor: a warm pool and one env per thread; `run` plays one episode and returns its row."""
 
     def __init__(self, settings: dict, policy: str, llm: dict | None, containers: int, backend: str = "llamacpp",
-                 seed: int | None = None, driver_pid: int | None = None, tokenizer: str | None = None,
+                 seed: int | None = None, tokenizer: str | None = None,
                  retry: dict | None = None) -> None:
         from pinpoint.rl.gateway import RecordingGateway
         from pinpoint.rl.pool import WarmPool
@@ -144,9 +143,6 @@ class EpisodeWorker:
         self.llm = LLMConfig(**llm) if llm else None
         self.backend = backend if self.llm else "scripted"
         self.pool = WarmPool(idle_per_key=1, max_containers=containers)
-        # a worker Ray kills (or that dies) cannot close its pool: its own watchdog removes the boxes it started
-        # (in the driver's own process the driver's watchdog does)
-        self.reaper = start_reaper(RUN_ID, only_pid=True) if os.getpid() != driver_pid else None
         recorded = self.llm is not None and (backend != "openai" or tokenizer is not None)
         self.gateway = (RecordingGateway(self.llm.base_url, backend=backend, tokenizer=tokenizer).start()
                         if recorded else None)
@@ -198,7 +194,6 @@ def run_rollout(spec: RolloutSpec, on_row: Callable[[dict], None] | None = None)
     finishes (this process the only writer, fsync per row); returns all rows."""
     todo = pending(spec)
     if todo:
-        start_reaper(RUN_ID)  # a driver killed mid-run leaves no container of the run behind
         os.environ[RUN_ID_ENV] = RUN_ID  # forwarded to Ray workers: their boxes carry this run's label
         keys = {f"{task.task_id}#{sample}": (task.task_id, sample) for task, sample in todo}
         items = [Item(f"{task.task_id}#{sample}", (task.to_row(), sample), group=task.task_id)
@@ -229,7 +224,7 @@ def _worker_init(spec: RolloutSpec) -> tuple[Any, ...]:
     llm = asdict(spec.llm) if spec.llm else None
     retry = RetryPolicy(spec.on_failure, spec.retries, spec.retry_wait_s, spec.server_wait_s)
     return (asdict(spec.settings), spec.policy, llm, spec.containers_per_worker, spec.backend, spec.seed,
-            os.getpid(), spec.tokenizer, asdict(retry))
+            spec.tokenizer, asdict(retry))
 
 
 def _stop_if_told(row: dict[str, Any], on_failure: str) -> None:
