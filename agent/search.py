@@ -297,29 +297,47 @@ def candidate_search(runtime: Runtime, problem: str, start: Node, suspects: list
     focused = focused_command(runtime, test_command, start.outcome.failed_tests)
     started = time.monotonic()
     plausible: list[tuple[Candidate, Node]] = []
+    tried = 0
     for candidate in queue[: budget.runs]:
         if len(plausible) >= budget.plausible or time.monotonic() - started > budget.seconds:
             break
+        tried += 1
         node = runner.evaluate_candidate(start, candidate, focused)
         if node is not None and node.outcome.ok:
             plausible.append((candidate, node))
             runner.records[-1]["seconds_to_plausible"] = round(time.monotonic() - started, 3)
     if not plausible:
         return SearchResult(start, False, runner.records)
+    for candidate in _simpler(plausible, queue[tried:])[: max(0, budget.runs - tried)]:
+        node = runner.evaluate_candidate(start, candidate, focused)
+        if node is not None and node.outcome.ok:
+            plausible.append((candidate, node))
     return SearchResult(_survivor(plausible, runner.records, scorer, problem), True, runner.records)
+
+
+#: edits that take code out: when one passes, the code it removes was not needed to pass
+REMOVALS = frozenset({"drop_operand", "drop_method_call", "unwrap_call", "drop_element", "drop_statement"})
+
+
+def _simpler(plausible: list[tuple[Candidate, Node]], untried: list[Candidate]) -> list[Candidate]:
+    """The removals not yet tried on the lines a plausible patch edits: a swapped operator that turns `x + 1` into
+    `x * 1` passes for the same reason that dropping `+ 1` does, and the removal is the patch a reader would write."""
+    lines = {(c.path, line) for c, _ in plausible for line in c.lines}
+    return [c for c in untried if set(c.kinds) <= REMOVALS and c.source == "edit"
+            and all((c.path, line) in lines for line in c.lines)]
 
 
 def _survivor(plausible: list[tuple[Candidate, Node]], records: list[dict], scorer: LocalScorer | None,
               problem: str) -> Node:
-    """The plausible patch to keep: the smallest edit, then the one the model finds most natural (a patch that
-    only games a weak test is rarely the likeliest code); only the few plausible ones are scored."""
+    """The plausible patch to keep: the smallest edit, then a removal (less code), then the one the model finds
+    most natural (a patch that only games a weak test is rarely the likeliest code); only these few are scored."""
     if scorer is not None and len(plausible) > 1 and any(c.gain is None for c, _ in plausible):
         scored = candidates.with_likelihood([c for c, _ in plausible], scorer, problem)
         plausible = [(c, node) for c, (_, node) in zip(scored, plausible, strict=True)]
         for c, node in plausible:
             record = next(r for r in records if r.get("patch") == node.patch)
             record["gain"] = c.gain
-    _, best = min(plausible, key=lambda cn: (cn[0].size, -(cn[0].gain or 0.0)))
+    _, best = min(plausible, key=lambda cn: (cn[0].size, not set(cn[0].kinds) <= REMOVALS, -(cn[0].gain or 0.0)))
     return best
 
 

@@ -106,10 +106,22 @@ def test_the_search_runs_the_failing_test_first_and_keeps_the_plausible_patch(tm
         result = _search(runtime, command, CandidateBudget(runs=20, plausible=1))
         assert result.improved and result.best.outcome.ok and result.best.outcome.passed == 2
         assert "+    return a + b" in result.best.patch
-    last = result.candidates[-1]
-    assert last["focused"].endswith("tests/test_calc.py::test_add") and " tests " not in last["focused"] + " "
-    assert last["source"] == "edit" and last["edit"].startswith("calc.py:2 other_operator")
-    assert all(r["status"] == "failing tests still fail" for r in result.candidates[:-1])
+    at = next(i for i, r in enumerate(result.candidates) if r["ok"])
+    winner = result.candidates[at]
+    assert winner["focused"].endswith("tests/test_calc.py::test_add") and " tests " not in winner["focused"] + " "
+    assert winner["source"] == "edit" and winner["edit"].startswith("calc.py:2 other_operator")
+    assert all(r["status"] == "failing tests still fail" for r in result.candidates[:at])
+
+
+def test_a_removal_that_passes_beats_an_operator_swap_that_passes_for_the_same_reason(tmp_path):
+    _repo(tmp_path / "repo", "def frac(x):\n    return x % 1.0 + 1.0\n",
+          "import sys\nsys.path.insert(0, '.')\nfrom calc import frac\n\nassert frac(3.5) == 0.5\n")
+    command = f"{sys.executable} tests/test_calc.py"
+    with LocalRuntime(tmp_path / "repo") as runtime:
+        result = _search(runtime, command, CandidateBudget(runs=40, plausible=2))
+    passing = [r for r in result.candidates if r["ok"]]
+    assert any("other_operator" in r["kinds"] for r in passing)  # `* 1.0` passes too
+    assert result.best.patch.count("\n+    return x % 1.0\n") == 1
 
 
 def test_the_search_stops_at_its_run_budget(tmp_path):
