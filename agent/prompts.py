@@ -53,7 +53,7 @@ def suspects_message(suspects: list[Suspect], snippets: dict[int, str], test_out
     lines = [f"{head} Start from the most suspicious code (evidence quoted):"]
     for i, s in enumerate(suspects):
         span = f"{s.path}:{s.start_line}" + (f"-{s.end_line}" if s.end_line != s.start_line else "")
-        lines.append(f"\n#{i + 1} {span} (score {s.score:.3f})\n  evidence: {s.evidence}")
+        lines.append(f"\n#{i + 1} {span} (score {s.score:.3f})\n  evidence: {s.describe()}")
         if snippets.get(i):
             lines.append(snippets[i])
     return "\n".join(lines)

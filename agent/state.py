@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
-from pinpoint.localization.suspects import Suspect
+from pinpoint.localization.suspects import Placement, Suspect, Vote
 from pinpoint.tools.protocol import ToolCall
 from pinpoint.tools.run_tests import Frame, TestRun
 
@@ -95,7 +95,7 @@ class Reproduction:
 
 #: the dataclasses the checkpointer may rebuild from a checkpoint (LangGraph's msgpack allowlist)
 CHECKPOINT_TYPES = tuple((cls.__module__, cls.__name__)
-                         for cls in (TestRecord, BestPatch, Reproduction, TestRun, Frame, Suspect, ToolCall))
+                         for cls in (TestRecord, BestPatch, Reproduction, TestRun, Frame, Suspect, Vote, Placement, ToolCall))
 
 
 def checkpoint_saver(connection: sqlite3.Connection) -> SqliteSaver:

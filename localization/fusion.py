@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from pinpoint.localization.mentions import NAME as MENTIONS
 from pinpoint.localization.retrieval import is_test_path
-from pinpoint.localization.suspects import LocalizationRequest, Localizer, Suspect
+from pinpoint.localization.suspects import LocalizationRequest, Localizer, Placement, Suspect, Vote
 
 #: what separates the spectrum's lead lines from each other and from the best of the rest (far below one rank's 1/61)
 LEAD_STEP = 1e-4
@@ -44,19 +44,17 @@ def reciprocal_rank_fusion(
     fused = []
     for (path, start, end), members in spans.items():
         score = 0.0
-        evidence = []
+        votes = []
         for signal, suspects in ranked.items():
             rank = next((i for i, first, last in indexes[signal].get(path, ()) if first <= start and end <= last), None)
             if rank is None:
                 continue
             score += weights.get(signal, 1.0) / (k + rank + 1)
             own = [m for m in members if m.signal == signal]
-            if own:
-                evidence.append(f"[{signal} #{rank + 1}] {own[0].evidence}")
-            else:
-                evidence.append(f"[{signal} #{rank + 1}] inside {suspects[rank].path}:{suspects[rank].start_line}"
-                                f"-{suspects[rank].end_line}")
-        fused.append(Suspect(path, start, end, score, "fusion", " | ".join(evidence)))
+            wider = suspects[rank]
+            note = own[0].describe() if own else f"inside {wider.path}:{wider.start_line}-{wider.end_line}"
+            votes.append(Vote(signal, rank + 1, note))
+        fused.append(Suspect(path, start, end, score, "fusion", votes=tuple(votes)))
     fused.sort(key=lambda s: (-s.score, s.end_line - s.start_line, s.path, s.start_line))
     return fused
 
@@ -194,11 +192,11 @@ def refine_files(fused: Sequence[Suspect], anchor: Sequence[Suspect],
 def _in_score_order(spans: Sequence[Suspect], strict: set[int], why: str) -> list[Suspect]:
     """Scores lowered where the order moved a span below a lower-scored one, so the list stays in score order for
     every reader, and strictly below its predecessor at the indices in `strict` (a file the anchor ranks lower
-    must not read as tied with the one before it); the fused score stays in the evidence."""
+    must not read as tied with the one before it); the fused score stays in the span's placements."""
     out: list[Suspect] = []
     for i, s in enumerate(spans):
         if out and (s.score > out[-1].score or (i in strict and s.score >= out[-1].score)):
-            s = replace(s, score=out[-1].score - DEMOTE_STEP, evidence=f"[{why}, fused {s.score:.4f}] {s.evidence}")
+            s = replace(s, score=out[-1].score - DEMOTE_STEP, placements=(*s.placements, Placement(why, 0, s.score)))
         out.append(s)
     return out
 
@@ -218,8 +216,8 @@ def lead_with_lines(fused: Sequence[Suspect], signal: Sequence[Suspect], take: i
     rest = [s for s in fused if (s.path, s.start_line, s.end_line) not in keys]
     # the lead's scores are raised just above the rest, so the list stays in score order for every reader
     ceiling = max([s.score for s in [*moved, *rest]], default=0.0)
-    lifted = [replace(s, score=ceiling + LEAD_STEP * (len(moved) - i), evidence=f"[{name} lead #{i + 1}, fused "
-                      f"{s.score:.4f}] {s.evidence}") for i, s in enumerate(moved)]
+    lifted = [replace(s, score=ceiling + LEAD_STEP * (len(moved) - i),
+                      placements=(*s.placements, Placement(f"{name} lead", i + 1, s.score))) for i, s in enumerate(moved)]
     return lifted + rest
 
 

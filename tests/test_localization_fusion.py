@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from pinpoint.localization.fusion import FusionRule, fuse, reciprocal_rank_fusion
-from pinpoint.localization.suspects import Suspect
+from pinpoint.localization.suspects import Placement, Suspect
 
 FILES = [f"pkg/m{i}.py" for i in range(12)]
 #: the rule's earlier defaults: MBFL at half weight, every switch fused, the spectrum's top three lines leading
@@ -103,7 +103,8 @@ def test_predicates_whose_switch_makes_failing_tests_pass_lead_the_top_file_ahea
     fused = fuse({"spectrum": spectrum, "predicates": predicates}, rule=led)
     assert [(s.path, s.start_line, s.end_line) for s in fused[:4]] == [
         ("a.py", 7, 7), ("a.py", 3, 3), ("a.py", 4, 4), ("a.py", 5, 5)]
-    assert fused[0].evidence.startswith("[predicates lead #1")
+    assert fused[0].placements[-1] == Placement("predicates lead", 1, fused[0].placements[-1].fused)
+    assert fused[0].describe().startswith("[predicates lead #1")  # what the prompt quotes
     assert all(a.score >= b.score for a, b in zip(fused, fused[1:], strict=False))
     without = fuse({"spectrum": spectrum, "predicates": predicates[3:]}, rule=led)
     assert [s.start_line for s in without[:3]] == [3, 4, 5]  # the spectrum's lead, as before
@@ -134,6 +135,6 @@ def test_without_the_spectrums_lead_the_top_file_keeps_reciprocal_rank_order():
     spectrum = [Suspect("a.py", 9, 9, 1.0, "spectrum"), Suspect("a.py", 1, 30, 0.5, "spectrum")]
     ldb = [Suspect("a.py", 1, 30, 1.0, "ldb"), Suspect("a.py", 2, 2, 0.9, "ldb")]
     led = fuse({"spectrum": spectrum, "ldb": ldb}, rule=EARLIER)
-    assert led[0].start_line == 9 and led[0].evidence.startswith("[spectrum lead #1")
+    assert led[0].start_line == 9 and led[0].describe().startswith("[spectrum lead #1")
     plain = fuse({"spectrum": spectrum, "ldb": ldb})  # the default: no lead (with `mentions` fused it pays more)
     assert plain == reciprocal_rank_fusion({"spectrum": spectrum, "ldb": ldb}, weights={"mbfl": 0.5})

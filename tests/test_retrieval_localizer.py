@@ -82,7 +82,8 @@ def test_rrf_rewards_agreement_between_signals_and_overlap():
     assert scores[("a.py", 10, 20)] < scores[("a.py", 15, 15)]  # a broad span gains nothing from lines inside it
     # ties go to the narrower span
     assert (fused[0].path, fused[0].start_line, fused[0].end_line) == ("a.py", 15, 15)
-    assert "[traceback #1]" in fused[0].evidence and "[retrieval #2]" in fused[0].evidence
+    assert {v.signal: v.rank for v in fused[0].votes} == {"traceback": 1, "retrieval": 2}
+    assert "[traceback #1]" in fused[0].describe() and "[retrieval #2]" in fused[0].describe()
 
 
 def test_fuse_localizers_keeps_each_signal_and_any_new_signal_plugs_in():
