@@ -97,7 +97,7 @@ def _units(text: str, lines: Sequence[int]) -> list[tuple[_Unit, set[int]]]:
     return out
 
 
-def _splice(path: str, unit: _Unit, rewrite: str) -> tuple[int, int, str]:
+def _splice(unit: _Unit, rewrite: str) -> tuple[int, int, str]:
     """The file region a unit-level rewrite changes: (first, last, re-indented replacement lines)."""
     old, new = unit.code.splitlines(), rewrite.splitlines()
     head = 0
@@ -112,7 +112,7 @@ def _splice(path: str, unit: _Unit, rewrite: str) -> tuple[int, int, str]:
 
 def _candidate(path: str, unit: _Unit, rewrite: str, edits: tuple[Edit, ...], lines: tuple[int, ...],
                rank: int, source: str) -> Candidate:
-    first, last, replacement = _splice(path, unit, rewrite)
+    first, last, replacement = _splice(unit, rewrite)
     return Candidate(path, first, last, replacement, tuple(e.operator for e in edits), lines, rank, source,
                      unit=unit, rewrite=rewrite, edits=edits)
 
