@@ -277,8 +277,7 @@ def _endpoint_preflight(config: Config) -> None:
 # -- demo and show ---------------------------------------------------------------------------------------------------
 #: small enough to finish in a few minutes on 2 CPUs with the embedded model
 DEMO_DEFAULTS = {"budget.max_steps": 2, "search.k": 3, "search.rounds": 1, "llm.max_tokens": 128,
-                 "llm.timeout_s": 600.0, "budget.max_wall_s": 900.0, "agent.show_suspects": 3,
-                 "agent.review_on_submit": False}
+                 "llm.timeout_s": 600.0, "budget.max_wall_s": 900.0, "agent.show_suspects": 3}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

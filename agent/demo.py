@@ -132,10 +132,13 @@ def repair_summary(trajectory: dict) -> str:
     """How the final patch was found, in one line: the search record that made it (source, edit, the tests it
     passed), or that no search candidate passed."""
     final = trajectory.get("final_patch") or trajectory.get("patch") or ""
-    passing = [c for c in trajectory.get("candidates") or [] if c.get("ok") and c.get("patch") == final and final]
-    if not passing:
-        return "no search candidate passed the tests"
-    record = passing[0]
+    passing = [c for c in trajectory.get("candidates") or [] if c.get("ok")]
+    kept = [c for c in passing if c.get("patch") == final and final]
+    if not kept:
+        return ("no search candidate passed the tests" if not passing else
+                f"the {passing[0]['origin']} search passed the tests with {passing[0].get('edit') or 'a candidate'}, "
+                "but the run ended on another patch")
+    record = kept[0]
     how = record.get("edit") or f"{record.get('target')}: {(record.get('replacement') or '').strip()}"
     focused = f"the failing tests first (`{record['focused']}`), then " if record.get("focused") else ""
     return (f"{record.get('source') or record['origin']} from the {record['origin']} search, {how}; {focused}the "
