@@ -40,7 +40,7 @@ def local_source(repo: Path, test_command: str, work_dir: Path, files: tuple[str
 
 def instance_source(instance_id: str, dataset: str | None, work_dir: Path, timeout_s: float) -> Source:
     """The row's repository at its base commit with the reference fix and the test patch committed (every test the
-    row names passes there), tested by the row's test command inside the row's image, the checkout mounted at
+    row names passes there), tested by the row's test command inside the row's image, the checkout copied over its
     /testbed (no network, the command bounded by `timeout_s`); the files to break: those the fix touches."""
     from pinpoint.swebench_eval.datasets import load_instances
     from pinpoint.swebench_eval.images import build_instance_image
@@ -63,8 +63,11 @@ def instance_source(instance_id: str, dataset: str | None, work_dir: Path, timeo
     image = build_instance_image(instance, sources).tag
     test_cmd = spec_for(instance)["test_cmd"]
     tests = shlex.quote(test_cmd + ' "$@"')
-    inner = f'cd /testbed && exec timeout -k 5 {int(timeout_s)} bash -c {tests} _ "$@"'
-    command = (f'docker run --rm --network none -e COLUMNS=400 -v "$PWD":/testbed {image} '
+    # the checkout is copied over the image's tree, not mounted on it: files the install generated and git ignores
+    # (pytest's _version.py) stay
+    inner = (f'tar -C /src --exclude=.git -cf - . | tar -C /testbed -xf - && cd /testbed && '
+             f'exec timeout -k 5 {int(timeout_s)} bash -c {tests} _ "$@"')
+    command = (f'docker run --rm --network none -e COLUMNS=400 -v "$PWD":/src:ro {image} '
                f'bash -c {shlex.quote(inner)} _')
     fixed = [p.path for p in PatchSet(instance.patch) if p.path.endswith(".py")]
     return Source(instance_id, str(dest), command, tuple(test_directives(instance)), parser.__name__,
