@@ -301,7 +301,7 @@ def _typed_mismatches(value, hint, where: str) -> list[str]:
     if origin in (typing.Union, types.UnionType):
         found = [_typed_mismatches(value, a, where) for a in args if a is not type(None)]
         return [] if value is None or not all(found) else found[0]
-    if origin is list:
+    if origin in (list, tuple):  # list[X] and tuple[X, ...]
         return [m for i, item in enumerate(value) for m in _typed_mismatches(item, args[0], f"{where}[{i}]")]
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, hint):
@@ -326,7 +326,7 @@ def test_the_checkpointed_state_keeps_typed_records_and_reads_them_back(demo, tm
     hints = typing.get_type_hints(AgentState, include_extras=True)
     records = {k: h for k, h in hints.items() if any(dataclasses.is_dataclass(a) for a in _leaves(h))}
     assert set(records) == {"suspects", "targets", "pending_calls", "test_runs", "last_test", "reproduction", "best"}
-    assert state["suspects"] and state["test_runs"] and state["best"] and state["reproduction"].fails
+    assert state["suspects"][0].votes and state["test_runs"] and state["best"] and state["reproduction"].fails
     assert [m for key, hint in records.items() for m in _typed_mismatches(state.get(key), hint, key)] == []
     assert state["best"].record.ok and state["best"].patch == result.patch
 
