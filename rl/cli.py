@@ -110,7 +110,8 @@ def _synthesize_parser(rl) -> None:
 
 
 def _synthesize(args: argparse.Namespace) -> int:
-    from pinpoint.rl.synthesize import SynthSettings, run_synthesis
+    from pinpoint.rl.synth_run import run_synthesis
+    from pinpoint.rl.synthesize import SynthSettings
 
     if bool(args.repo) != bool(args.test_command):
         raise UsageError("--repo and --test-command go together")

@@ -12,7 +12,8 @@ from pinpoint.agent.demo import build_demo_repo
 from pinpoint.rl.dataset import write_training_parquet
 from pinpoint.rl.env import EnvSettings, RepairEnv
 from pinpoint.rl.policies import GoldPolicy
-from pinpoint.rl.synthesize import SynthSettings, inverse_patch, problem_statement, run_synthesis, verify_task
+from pinpoint.rl.synth_run import run_synthesis
+from pinpoint.rl.synthesize import SynthSettings, inverse_patch, problem_statement, verify_task
 from pinpoint.rl.tasks import load_tasks
 
 pytestmark = pytest.mark.slow

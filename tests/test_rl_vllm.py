@@ -52,7 +52,9 @@ class VllmServer:
                    "--max-num-batched-tokens", "16384", "--host", "127.0.0.1", "--port", str(self.port),
                    # on CPU this is the share of the machine's memory vLLM reserves (0.92 by default, which fails
                    # to start on a machine whose other processes hold a fifth of it); 3.5 GiB here is plenty
-                   "--gpu-memory-utilization", "0.15"]
+                   "--gpu-memory-utilization", "0.15",
+                   # no torch.compile warm-up: it took over 5 min on 2 loaded cores; the ids and seeds are the same
+                   "--enforce-eager"]
         with self.log.open("a") as sink:
             self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + READY_S
