@@ -130,7 +130,8 @@ def baseline(source: Source, timeout_s: float) -> tuple[list[str], str]:
     """The tests that pass on every one of three runs: twice as configured, then selected by id; with the last
     run's final output line (what to show when none passes)."""
     first, second = (run_tests(source, list(source.tests), timeout_s) for _ in range(2))
-    steady = sorted(first.passing() & second.passing())
+    # a parametrized id with a space is cut there by the log parsers: pytest cannot select what is left of it
+    steady = sorted(t for t in first.passing() & second.passing() if t.count("[") == t.count("]"))
     last = second
     if steady:
         last = run_tests(source, steady, timeout_s)
