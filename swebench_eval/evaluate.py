@@ -109,7 +109,7 @@ def evaluate_patch(
                     _write(out_dir, "build_error.txt", str(exc))
                     return verdict
                 image = verdict.image = record.tag
-                verdict.python = record.plan.python_used
+                verdict.python = record.python_used
                 verdict.build_seconds = record.env_seconds + record.instance_seconds
             from pinpoint.swebench_eval.runtime import instance_runtime
 

@@ -19,6 +19,7 @@ from typing import Any
 from pinpoint.environments.files import scratch_dir
 from pinpoint.environments.images import commit_build_step, ensure_base_image, ensure_image
 from pinpoint.swebench_eval.datasets import Instance
+from pinpoint.swebench_eval.official import OfficialImage, box_layout, official_image
 from pinpoint.swebench_eval.reference import (
     Reference,
     choose_reference,
@@ -108,22 +109,32 @@ def _labels(kind: str, instance: Instance, reference_commit: str = "") -> dict[s
 @dataclass
 class BuildRecord:
     """What `build_instance_image` did: the tag, how each layer came (cached, pulled, built) and the seconds its
-    build step took (0.0 when not built)."""
+    build step took (0.0 when not built); or the official image used instead (`plan` None, nothing built)."""
 
-    plan: ImagePlan
+    plan: ImagePlan | None
     env_seconds: float = 0.0
     reference_seconds: float = 0.0
     instance_seconds: float = 0.0
     env_how: str = "cached"
     reference_how: str = "cached"
     instance_how: str = "cached"
+    official: OfficialImage | None = None
 
     @property
     def tag(self) -> str:
-        return self.plan.instance_tag
+        return self.official.tag if self.official else self.plan.instance_tag
+
+    @property
+    def python_used(self) -> str:
+        """The Python the instance's tests run on (an official image's conda env: read from the image)."""
+        if self.official:
+            return box_layout(self.official.tag).python
+        return self.plan.python_used
 
     def describe(self) -> str:
         """`env 12s, reference cached, instance pulled`: each layer's build seconds, or how it came without a build."""
+        if self.official:
+            return f"official image {self.official.how}"
         def one(how: str, seconds: float) -> str:
             return f"{seconds:.0f}s" if how == "built" else how
         return (f"env {one(self.env_how, self.env_seconds)}, "
@@ -133,8 +144,12 @@ class BuildRecord:
 
 def build_instance_image(instance: Instance, sources: RepoSources | None = None,
                          specs_path: str | None = None, shared_deps: bool = True) -> BuildRecord:
-    """Build (or reuse, or pull) the env, reference and instance layers of `instance`; raises environments'
+    """The instance's official image when $PINPOINT_OFFICIAL_IMAGES names where it can be had (official.py);
+    else build (or reuse, or pull) the env, reference and instance layers of `instance`; raises environments'
     BuildError on failure."""
+    official = official_image(instance)
+    if official is not None:
+        return BuildRecord(None, official=official)
     sources = sources or RepoSources()
     plan = plan_images(instance, sources, specs_path, shared_deps)
     record = BuildRecord(plan)

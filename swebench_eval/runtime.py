@@ -14,6 +14,7 @@ from pinpoint.environments.docker_runtime import DockerRuntime
 from pinpoint.environments.runtime import RuntimeSettings
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.images import BuildRecord, build_instance_image
+from pinpoint.swebench_eval.official import box_layout, official_image
 from pinpoint.swebench_eval.scripts import TESTBED
 from pinpoint.swebench_eval.sources import RepoSources, SourceError
 from pinpoint.swebench_eval.specs import spec_for
@@ -41,17 +42,20 @@ def instance_runtime(instance: Instance, image: str, settings: RuntimeSettings |
                      grading: bool = False) -> DockerRuntime:
     """A container of `image` (the instance's image) sized for `instance`; started on first use. The grader's
     commands run as root (without capabilities) whatever `runtime.command_user` says: the eval script reinstalls
-    the package into the image's Python, as the official harness does."""
+    the package into the image's Python, as the official harness does. An official image's box starts with its
+    conda env active (official.box_layout), so every command, the command server included, runs on the env's Python."""
     settings = settings or RuntimeSettings()
     box = dataclasses.replace(settings, command_user="root") if grading else settings
     return DockerRuntime(image, workdir=TESTBED, settings=box, network=False, private_addresses_hang=True,
-                         cpus=instance_cpus(instance, settings))
+                         cpus=instance_cpus(instance, settings), env=box_layout(image).env)
 
 
 def runtime_for(instance: Instance, settings: RuntimeSettings | None = None,
                 sources: RepoSources | None = None) -> tuple[DockerRuntime, BuildRecord]:
-    """Check, build (or reuse) the instance image, and return its runtime with what the build cost."""
+    """Check, build (or reuse) the instance image, and return its runtime with what the build cost. An official
+    image needs no repository source."""
     sources = sources or RepoSources()
-    preflight(instance, sources)
+    if official_image(instance) is None:
+        preflight(instance, sources)
     record = build_instance_image(instance, sources)
     return instance_runtime(instance, record.tag, settings), record
