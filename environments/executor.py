@@ -487,8 +487,10 @@ class RayExecutor:
                     homes[w] = self._actor_lost(actors[w], homes[w])
                     parked[w] = (time.monotonic(), [])
                 parked[w][1].append((item, attempt + 1))
-        finally:
-            self._release(actors, pending)
+        except BaseException:  # Ctrl-C, an error, the caller stopping early: end the actors now, their reapers
+            self._release(actors, pending, close_s=0)  # remove their boxes (a close would wait for their episodes)
+            raise
+        self._release(actors, pending)
         self._finish_reaps()
 
     def _where(self, actor: Any) -> Any:
@@ -550,13 +552,14 @@ class RayExecutor:
             return Outcome(item.key, attempts=attempt, error=TaskLost(
                 f"{item.key}: its Ray worker was lost {attempt} times ({type(exc).__name__}: {first})"))
 
-    def _release(self, actors: list[Any], pending: dict[Any, Any]) -> None:
-        """Cancel what is left, let each actor `close()` (its boxes, its gateway), then end it."""
+    def _release(self, actors: list[Any], pending: dict[Any, Any], close_s: float = 60.0) -> None:
+        """Cancel what is left, give each actor up to `close_s` to `close()` (its boxes, its gateway), then end it."""
         for ref in pending:
             self.ray.cancel(ref, force=False)
-        closing = [a.close.remote() for a in actors if hasattr(a, "close")]
-        with _suppress_ray(self.ray):
-            self.ray.wait(closing, num_returns=len(closing), timeout=60)
+        if close_s > 0:
+            closing = [a.close.remote() for a in actors if hasattr(a, "close")]
+            with _suppress_ray(self.ray):
+                self.ray.wait(closing, num_returns=len(closing), timeout=close_s)
         for actor in actors:
             with _suppress_ray(self.ray):
                 self.ray.kill(actor)
