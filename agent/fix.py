@@ -118,10 +118,11 @@ def head_commit(source: str) -> str:
 
 
 def build_fix_image(source: str, commit: str, deps: TestDeps, python_version: str = "3.11", network: bool = True,
-                    log=print) -> str:
-    """An image of `source` at `commit` in /testbed, installed from its own files with its test dependencies."""
+                    name: str | None = None, log=print) -> str:
+    """An image of `source` at `commit` in /testbed, installed from its own files with its test dependencies;
+    `name` (the user's repository) names it when `source` is a temporary copy."""
     return build_repo_image(source, commit, python_version=python_version, script=TRUST_CHECKOUT + install_script(deps),
-                            network=network, log=log)
+                            network=network, name=name, log=log)
 
 
 def check_branch(repo: str, branch: str) -> None:
@@ -378,7 +379,8 @@ def _runtime(request: FixRequest, source: str, commit: str, deps: TestDeps, conf
                             extra_files=version_files(ProjectFiles(source, commit), Path(checkout)))
     log(f"pinpoint fix: test dependencies: {deps.describe()}")
     try:
-        image = build_fix_image(source, commit, deps, request.python, network=not request.offline, log=log)
+        image = build_fix_image(source, commit, deps, request.python, network=not request.offline,
+                                name=repo_name(request.repo), log=log)
     except UnsupportedPythonVersion:
         if not re.fullmatch(r"3\.\d+", request.python):
             raise PreflightError(f"--python {request.python!r}: expected a version like 3.11") from None

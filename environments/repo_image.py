@@ -119,13 +119,15 @@ def build_repo_image(
     python_version: str = "3.11",
     script: str = EDITABLE_INSTALL,
     network: bool = False,
+    name: str | None = None,
     log=print,
 ) -> str:
     """Tag of an image with `source` checked out at `commit` in /testbed and `script` run there; cached.
 
     `network` lets the script download (`pinpoint fix` installs a repository's own requirements); it is part of
-    the recipe, so an offline build and an online one never share a tag."""
-    tag = repo_image_tag(source, commit, python_version, script + ("\n# network" if network else ""))
+    the recipe, so an offline build and an online one never share a tag. `name` names the image when `source` is
+    a temporary copy."""
+    tag = repo_image_tag(name or source, commit, python_version, script + ("\n# network" if network else ""))
     if image_exists(tag):
         return tag
     base = ensure_base_image(python_version, log=log)
@@ -138,7 +140,7 @@ def build_repo_image(
             sha = clone_checkout(source, checkout, commit)
             commit_build_step(
                 base, script, tag, network=network, copy_in={checkout: REPO_WORKDIR},
-                labels={"pinpoint.repo": repo_name(source), "pinpoint.commit": sha,
+                labels={"pinpoint.repo": repo_name(name or source), "pinpoint.commit": sha,
                         "pinpoint.python": python_version},
                 changes=[f"ENV PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                          f"WORKDIR {REPO_WORKDIR}"],

@@ -192,4 +192,5 @@ def test_allow_dirty_reuses_one_image_for_the_same_changes(team):
         for _ in range(2):
             proc = pinpoint(team, fake, "--allow-dirty", "--fresh", local=False, test_cmd=IN_BOX)
             assert proc.returncode == 0, proc.stderr
-    assert len(images() - before) == 1
+    [made] = images() - before
+    assert made.startswith("pinpoint/repo:team-app-")  # named after the repository, not a temporary copy
