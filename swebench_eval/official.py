@@ -14,8 +14,12 @@ and the eval script all run on the env's Python, whatever version it is.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
+import sys
+import tarfile
 from dataclasses import dataclass
 
 import docker
@@ -37,6 +41,7 @@ PINPOINT_LABEL = "pinpoint.swebench"
 _SHELL_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
 _SPLIT = "PINPOINT-SPLIT"
 _NO_CONDA = "PINPOINT-NO-CONDA"
+_ANSWER = "/tmp/pinpoint-activation"
 _PROBE = (f"[ -f {ACTIVATE} ] || {{ printf {_NO_CONDA}; exit 0; }}\n"
           f"env -0; printf '{_SPLIT}\\0'\n"
           f". {ACTIVATE} {CONDA_ENV} >/dev/null 2>&1 || exit 3\n"
@@ -82,9 +87,9 @@ def official_tag(instance_id: str, space: str) -> str:
 _UNAVAILABLE: set[str] = set()
 
 
-def official_image(instance: Instance, log=print) -> OfficialImage | None:
+def official_image(instance: Instance, log=lambda line: print(line, file=sys.stderr)) -> OfficialImage | None:
     """The instance's official image when a namespace is set and the image is here or can be pulled; else None
-    (said once per image: pinpoint's builder takes over)."""
+    (said once per image, on stderr: pinpoint's builder takes over)."""
     space = namespace()
     if space is None:
         return None
@@ -120,24 +125,32 @@ def box_layout(image: str) -> BoxLayout:
 
 
 def _probe(client, image: str) -> BoxLayout:
-    """Source the activation in a throwaway container (no network) and keep what it changed. A container's log
-    can come back short on a loaded engine: read again rather than start boxes on the wrong Python."""
-    out = ""
-    for _ in range(3):
-        try:
-            out = client.containers.run(image, ["bash", "-c", _PROBE], remove=True, network_mode="none",
-                                        entrypoint=[], labels=container_labels(), stdout=True,
-                                        stderr=False).decode(errors="replace")
-        except docker.errors.ContainerError as exc:
-            raise RuntimeFailure(f"{image}: `source {ACTIVATE} {CONDA_ENV}` failed (exit {exc.exit_status}); is "
-                                 f"the conda env `{CONDA_ENV}` in the image?") from exc
-        if out == _NO_CONDA:
-            return BoxLayout({})
-        parts = out.split(f"{_SPLIT}\0")
-        if len(parts) == 3 and parts[2]:
-            old, new = _variables(parts[0]), _variables(parts[1])
-            return BoxLayout({k: v for k, v in new.items() if old.get(k) != v and k not in _SHELL_VARS}, parts[2])
-    raise RuntimeFailure(f"{image}: could not read what `source {ACTIVATE} {CONDA_ENV}` sets (read {out[-200:]!r})")
+    """Source the activation in a throwaway container (no network) and keep what it changed. The answer is read
+    from a file in the stopped container, not from its log, which can come back empty on a loaded engine."""
+    container = client.containers.create(image, ["bash", "-c", f"{{ {_PROBE}}} > {_ANSWER}"], network_mode="none",
+                                         entrypoint=[], labels=container_labels())
+    try:
+        container.start()
+        status = container.wait(timeout=120).get("StatusCode")
+        if status != 0:
+            raise RuntimeFailure(f"{image}: `source {ACTIVATE} {CONDA_ENV}` failed (exit {status}); is the conda "
+                                 f"env `{CONDA_ENV}` in the image?")
+        out = _read_file(container, _ANSWER)
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+    if out == _NO_CONDA:
+        return BoxLayout({})
+    before, after, python = out.split(f"{_SPLIT}\0")
+    old, new = _variables(before), _variables(after)
+    return BoxLayout({k: v for k, v in new.items() if old.get(k) != v and k not in _SHELL_VARS}, python)
+
+
+def _read_file(container, path: str) -> str:
+    stream, _ = container.get_archive(path)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.getmembers()[0]
+        return tar.extractfile(member).read().decode(errors="replace")
 
 
 def _variables(block: str) -> dict[str, str]:

@@ -131,4 +131,4 @@ def test_an_unreachable_mirror_falls_back_to_pinpoints_own_image(monkeypatch, ca
     record = build_instance_image(load_instances(ids=[INSTANCE])[0])
     assert record.official is None and record.tag.startswith("pinpoint-swe-instance:")
     assert "official image localhost:1/swebench/sweb.eval.x86_64.psf_1776_requests-1142:latest not available" \
-        in capsys.readouterr().out
+        in capsys.readouterr().err
