@@ -2,8 +2,8 @@
 failures' deepest frames and, for chosen functions, LDB block states; and the coverage spectrum (Ochiai, DStar)
 ranked to lines, functions and files.
 
-The tests run under `trace_runner.py`, a standalone script copied outside the repository (it imports nothing from
-pinpoint and runs with the repository's Python, 3.9 or 3.11) that traces only each test's call phase with assertion
+The tests run under `trace_runner.py`, a standalone script copied outside the repository with the rules it shares
+with the host (`spectrum_rules.py`; both run with the repository's Python, 3.9 or 3.11) that traces only each test's call phase with assertion
 rewriting off: a tracer left on through setup and teardown ranks pytest's failure reporting and the repository's own
 `__repr__` first, because only failing tests run them (`../shared/DESIGN.md`, "Spectra of SWE-bench tests have a
 trap"). Its results come back as JSON lines written as each test ends, so a timeout or a crash keeps what finished.
@@ -27,22 +27,23 @@ from pinpoint.localization.blocks import (
     function_spans,
     innermost_function,
 )
+from pinpoint.localization.spectrum_rules import FAILING, covers, line_spectrum, spread_evenly
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 
-# the runner's own rules: one here and in the container (the runner chooses the LDB targets by them)
-from pinpoint.localization.trace_runner import FAILING as FAILING
-from pinpoint.localization.trace_runner import RECENT_UNSEEN as RECENT_UNSEEN
-from pinpoint.localization.trace_runner import covers, line_spectrum
-from pinpoint.localization.trace_runner import dstar as dstar
-from pinpoint.localization.trace_runner import ochiai as ochiai
-from pinpoint.localization.trace_runner import spread_evenly as spread_evenly
-
 TRACE_RUNNER = Path(__file__).with_name("trace_runner.py")
+#: the rules the runner shares with the host, copied beside it
+SPECTRUM_RULES = Path(__file__).with_name("spectrum_rules.py")
 #: the function spans and basic blocks, shipped beside the runner (standard library only) for its LDB phase
 BLOCKS_MODULE = Path(__file__).with_name("blocks.py")
 #: the interpreter of SWE-bench instance images (`swebench_eval.scripts.env_script` links `python` to the one the
 #: spec's packages went into) and of most virtualenvs; a LocalRuntime on the host passes `sys.executable`
 DEFAULT_PYTHON = "python"
+
+
+def ship_runner(runtime: Runtime, folder: str) -> None:
+    """Copy the trace runner and the rules it imports into `folder` (outside the tree), to run there as a script."""
+    for path in (TRACE_RUNNER, SPECTRUM_RULES):
+        runtime.write_file(f"{folder}/{path.name}", path.read_text())
 #: as `swebench_eval.scripts.EVAL_ENV` pins for the graded run, so traced tests see what grading sees (a copy of its
 #: interpreter settings, pinned to it by tests/test_localization_execution.py)
 RUN_ENV = {"TZ": "UTC", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -261,7 +262,7 @@ def run_traced(
                "trace": trace, "fit_s": fit_s, **asdict(limits)}
     if select and trace and failing:
         options.update(select="coverage", max_passing=select)
-    runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
+    ship_runner(runtime, folder)
     if ldb_top and trace and failing:
         options["ldb"] = {"top": ldb_top, "max_passing": ldb_passing, "blocks": f"{folder}/pinpoint_blocks.py"}
         runtime.write_file(f"{folder}/pinpoint_blocks.py", BLOCKS_MODULE.read_text())

@@ -24,12 +24,11 @@ from pinpoint.localization.execution import (
     CallTrace,
     ExecutionEvidence,
     Sources,
-    ochiai,
     rank_functions,
     rank_lines,
     run_traced,
-    spread_evenly,
 )
+from pinpoint.localization.spectrum_rules import ochiai, spread_evenly
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
 
 RETURN, RAISED = "<return>", "<raised>"

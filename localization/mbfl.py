@@ -29,17 +29,16 @@ from pinpoint.environments.runtime import Runtime
 from pinpoint.localization.execution import (
     DEFAULT_PYTHON,
     RUN_ENV,
-    TRACE_RUNNER,
     ExecutionEvidence,
     LineScore,
     Sources,
     rank_lines,
-    spread_evenly,
+    ship_runner,
 )
 from pinpoint.localization.fusion import split_ties
 from pinpoint.localization.mutations import OPERATORS, Source
+from pinpoint.localization.spectrum_rules import FAILING, covers, normalize_message, spread_evenly
 from pinpoint.localization.suspects import LocalizationRequest, Suspect
-from pinpoint.localization.trace_runner import FAILING, covers, normalize_message
 
 __all__ = ["normalize_message", "MbflConfig", "PlannedMutant", "TestOutcome", "MutantResult", "LineMbfl",
            "plan_mutants", "run_mutants", "failing_ids", "outcome_changes", "line_scores", "mbfl_suspects",
@@ -272,7 +271,7 @@ def _run_runner(runtime: Runtime, options: dict, python: str, limit: float) -> t
     """The trace runner in mutation mode; its `mutant` records by id, the run's status and error."""
     folder = f"{runtime.scratch_dir}/mbfl-{uuid.uuid4().hex[:12]}"  # outside the tree, the runtime's own
     options["output"] = f"{folder}/results.jsonl"
-    runtime.write_file(f"{folder}/trace_runner.py", TRACE_RUNNER.read_text())
+    ship_runner(runtime, folder)
     runtime.write_file(f"{folder}/input.json", json.dumps(options))
     command = (f"{python} {folder}/trace_runner.py {folder}/input.json > {folder}/log.txt 2>&1; "
                f"echo \"pinpoint-trace-exit $?\"; tail -c 2000 {folder}/log.txt")

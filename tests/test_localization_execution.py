@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from pinpoint.environments.local import LocalRuntime
-from pinpoint.localization import trace_runner
+from pinpoint.localization import spectrum_rules, trace_runner
 from pinpoint.localization.execution import (
     BLOCKS_MODULE,
     RUN_ENV,
+    SPECTRUM_RULES,
     TRACE_RUNNER,
     ExecutionEvidence,
     Sources,
@@ -22,9 +23,6 @@ from pinpoint.localization.execution import (
     TracedTest,
     TraceLimits,
     collect_spectrum,
-    covers,
-    dstar,
-    ochiai,
     parse_results,
     qualify_test_ids,
     rank_files,
@@ -45,6 +43,7 @@ from pinpoint.localization.ldb import (
     parse_block_verdicts,
     trace_targets,
 )
+from pinpoint.localization.spectrum_rules import covers, dstar, ochiai
 from pinpoint.localization.suspects import LocalizationRequest
 
 CALC = """\
@@ -420,18 +419,18 @@ def test_only_the_expected_failures_are_failing_runs_and_the_summary_counts_outc
     assert not covers("t.py::test_a", "t.py::test_ab") and covers("t.py::test_a", "t.py::test_a[1]")
 
 
-def test_the_shipped_runner_is_standalone_and_its_covers_is_the_one_pinpoint_uses():
+def test_the_shipped_runner_is_standalone_and_shares_its_rules_with_the_host():
     """trace_runner.py is copied into the container as a file and run with the repository's own Python: it imports
-    the standard library only (pytest lazily, inside a function), and so does blocks.py, shipped beside it for its
-    LDB phase; execution.py uses the runner's `covers` and spectrum."""
-    for module in (TRACE_RUNNER, BLOCKS_MODULE):
+    the standard library only (pytest lazily, inside a function) besides spectrum_rules.py, copied beside it, which
+    imports the standard library only; so does blocks.py, shipped beside it for its LDB phase. The host ranks with
+    the very rules the runner chooses its LDB targets by."""
+    for module in (TRACE_RUNNER, SPECTRUM_RULES, BLOCKS_MODULE):
         tree = ast.parse(module.read_text())
         top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
-        top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
-        assert top <= sys.stdlib_module_names | {"__future__"}, top - sys.stdlib_module_names
-        assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
-                    and node.module.startswith("pinpoint")]
-    assert covers is trace_runner.covers and ochiai is trace_runner.ochiai
+        top |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                and not node.module.startswith("pinpoint.")}  # the runner's host fallback is checked below
+        assert top <= sys.stdlib_module_names | {"__future__", "spectrum_rules"}, top - sys.stdlib_module_names
+    assert trace_runner.covers is spectrum_rules.covers and trace_runner.line_spectrum is spectrum_rules.line_spectrum
 
 
 def test_traced_runs_pin_what_the_graded_run_pins():

@@ -86,11 +86,12 @@ def test_the_rcfile_keeps_the_repositorys_config_and_coverage_warnings_out():
 
 
 def test_the_selection_plugin_runs_what_pinpoints_runner_would_for_ids_swebench_cut_at_a_space(tmp_path):
-    from pinpoint.localization.execution import TRACE_RUNNER
+    from pinpoint.localization.execution import SPECTRUM_RULES, TRACE_RUNNER
 
     (tmp_path / "stub").mkdir()
     (tmp_path / "stub" / "pinpoint_select.py").write_text(peer.SELECT_PLUGIN)
-    (tmp_path / "stub" / "trace_runner.py").write_text(TRACE_RUNNER.read_text())
+    for module in (TRACE_RUNNER, SPECTRUM_RULES):  # as the box gets them
+        (tmp_path / "stub" / module.name).write_text(module.read_text())
     (tmp_path / "test_x.py").write_text(
         "import pytest\n\n@pytest.mark.parametrize('v', ['a b', 'a c', 'd e'])\ndef test_p(v):\n    pass\n\n"
         "def test_other():\n    pass\n\ndef test_kept():\n    pass\n")

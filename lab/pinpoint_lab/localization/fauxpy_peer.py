@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pinpoint.environments.paths import cache_dir
-from pinpoint.localization.execution import TRACE_RUNNER, Sources, sample_passing
+from pinpoint.localization.execution import Sources, sample_passing, ship_runner
 from pinpoint.localization.suspects import Suspect
 
 from pinpoint_lab.localization import localize_bench as bench
@@ -204,7 +204,7 @@ def install(runtime, folder: str) -> Box:
         runtime.write_file(f"{folder}/wheels/{wheel.name}", wheel.read_bytes())
     runtime.write_file(f"{folder}/stub/pyllmut.py", PYLLMUT_STAND_IN)
     runtime.write_file(f"{folder}/stub/pinpoint_select.py", SELECT_PLUGIN)
-    runtime.write_file(f"{folder}/stub/trace_runner.py", TRACE_RUNNER.read_text())
+    ship_runner(runtime, f"{folder}/stub")
     runtime.write_file(f"{folder}/coveragerc", RCFILE.format(folder=folder))
     result = runtime.run(f"python -m pip install -q --no-deps --no-index {folder}/wheels/*.whl 2>&1", timeout=300)
     if not result.ok:
