@@ -103,7 +103,8 @@ def official_image(instance: Instance, log=lambda line: print(line, file=sys.std
         engine.client().images.pull(repository, tag=version)
     except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
         _UNAVAILABLE.add(tag)
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        text = getattr(exc, "explanation", None) or str(exc)  # the engine's reason, without its HTTP preamble
+        reason = (str(text).strip().splitlines() or [type(exc).__name__])[0][:200]
         log(f"pinpoint: official image {tag} not available ({reason}); building pinpoint's own")
         return None
     return OfficialImage(tag, "pulled")
