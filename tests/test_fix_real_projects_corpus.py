@@ -141,7 +141,10 @@ def team_venv(repo: Path, venv: Path) -> Path:
 def _fix(repo: Path, project: Project, *args: str, local: bool, py: str) -> subprocess.CompletedProcess:
     fix = {"command": "str_replace", "path": project.path, "old_str": project.bad.strip("\n"),
            "new_str": project.good.strip("\n")}
-    env = {k: v for k, v in os.environ.items() if k not in ("PINPOINT_RUNS", "OPENAI_BASE_URL", "PYTHONPATH")}
+    # a team's shell: none of this suite's settings (conftest turns pytest's plugin autoload off, and the
+    # projects' suites need their plugins: pytest-mock, pytest-benchmark)
+    unset = ("PINPOINT_RUNS", "OPENAI_BASE_URL", "PYTHONPATH", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env["XDG_DATA_HOME"] = str(repo.parent / "data")
     with FakeScriptedLLMServer([tool_call("str_replace_editor", fix), tool_call("submit", {})],
                                default=tool_call("submit", {})) as fake:
