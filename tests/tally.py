@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 
-@dataclass
+@dataclass(eq=False)  # a pytest plugin: pluggy keeps its plugins in sets
 class Tally:
     """Cases tried and cases that came out right, per kind (e.g. `show`, `eval --predictions`)."""
 
