@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 
 from pinpoint.swebench_eval.datasets import Instance, load_instances
+from pinpoint.swebench_eval.official import official_image
 from pinpoint.swebench_eval.sources import RepoSources, SourceError
 
 
@@ -32,7 +33,8 @@ class Selection:
 def select_instances(dataset: str | None = None, ids: list[str] | None = None, repos: list[str] | None = None, *,
                      sources: RepoSources | None = None, limit: int | None = None,
                      every: int | None = None) -> Selection:
-    """The requested rows that have a repository source (every N-th, at most `limit`, when asked)."""
+    """The requested rows that have a repository source or an official image (every N-th, at most `limit`, when
+    asked)."""
     sources = sources or RepoSources()
     selection = Selection([], sources)
     for instance in load_instances(dataset, ids or None, repos or None):
@@ -40,6 +42,9 @@ def select_instances(dataset: str | None = None, ids: list[str] | None = None, r
             sources.git_dir(instance.repo)
             selection.instances.append(instance)
         except SourceError:
+            if official_image(instance) is not None:  # an official image needs no source (swebench_eval/official.py)
+                selection.instances.append(instance)
+                continue
             selection.missing[instance.repo] += 1
     selection.instances = selection.instances[:: every or 1][: limit or None]
     return selection
@@ -51,7 +56,8 @@ def select_one(instance_id: str, dataset: str | None = None, sources: RepoSource
     if not selection.instances:
         (repo,) = selection.missing
         raise SourceError(f"{instance_id}: no offline source for {repo} in {selection.sources.repos_dir} "
-                          "(pass --source DIR, a folder of sources, or --source REPO=PATH_OR_URL)")
+                          "(pass --source DIR, a folder of sources, or --source REPO=PATH_OR_URL; or set "
+                          "$PINPOINT_OFFICIAL_IMAGES to use the official SWE-bench images)")
     return selection.instances[0]
 
 

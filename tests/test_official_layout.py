@@ -111,9 +111,10 @@ def test_run_trace_and_grading_inside_the_official_layout(official, tmp_path, mo
     (pred,) = [json.loads(line) for line in (run / "preds.jsonl").read_text().splitlines()]
     assert pred["resolved"] is True
 
-    # `pinpoint eval`, fresh boxes: the run's patch resolves, the empty patch does not
+    # `pinpoint eval` in a fresh box, with no repository source at all: the official image is all it needs
+    (tmp_path / "no-sources").mkdir()
     assert main(["eval", "--predictions", str(run / "preds.jsonl"), "--output", str(tmp_path / "graded"),
-                 "--run-id", "replay", "--instance", INSTANCE]) == 0
+                 "--run-id", "replay", "--instance", INSTANCE, "--source", str(tmp_path / "no-sources")]) == 0
     assert json.loads((tmp_path / "graded" / "replay" / "summary.json").read_text())["resolved_instances"] == 1
 
     # pooled grading: one primed box graded twice, reset in place
