@@ -22,6 +22,24 @@ QUICK = ("--set", "agent.execution=false", "--set", "search.policy=none")
 IN_BOX = "python -m pytest -q tests"
 
 
+def repo_images(prefix: str) -> set[str]:
+    """The engine's `pinpoint/repo` images whose tag starts with `prefix` (a repository's name)."""
+    listed = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}", "pinpoint/repo"],
+                            capture_output=True, text=True).stdout.split()
+    return {tag for tag in listed if tag.startswith(f"pinpoint/repo:{prefix}")}
+
+
+@pytest.fixture
+def team_images():
+    """The images these tests build for the team's repository, removed afterwards (each test's repository is a
+    new commit, so each would leave ~300 MB behind)."""
+    before = repo_images("team-app-")
+    yield
+    made = repo_images("team-app-") - before
+    if made:
+        subprocess.run(["docker", "rmi", "-f", *made], capture_output=True)
+
+
 def _script() -> list:
     return [tool_call("str_replace_editor", FIX), tool_call("submit", {}), tool_call("submit", {})]
 
@@ -155,7 +173,7 @@ def test_show_takes_a_run_folder(team):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_fix_dot_in_a_container_results_on_stdout_and_offline_stops_at_the_preflight(team):
+def test_fix_dot_in_a_container_results_on_stdout_and_offline_stops_at_the_preflight(team, team_images):
     with FakeScriptedLLMServer(_script()) as fake:
         proc = pinpoint(team, fake, local=False, test_cmd=IN_BOX)
         assert proc.returncode == 0, proc.stderr
@@ -180,17 +198,11 @@ def test_an_unavailable_python_is_a_user_facing_line(team):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_allow_dirty_reuses_one_image_for_the_same_changes(team):
+def test_allow_dirty_reuses_one_image_for_the_same_changes(team, team_images):
     (team / "calc" / "text.py").write_text("def shout(word):\n    return word.upper() + '!!'\n")
-
-    def images() -> set[str]:
-        return set(subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}",
-                                   "pinpoint/repo"], capture_output=True, text=True).stdout.split())
-
-    before = images()
+    before = repo_images("team-app-")
     with FakeScriptedLLMServer(_script(), default=tool_call("submit", {})) as fake:
         for _ in range(2):
             proc = pinpoint(team, fake, "--allow-dirty", "--fresh", local=False, test_cmd=IN_BOX)
             assert proc.returncode == 0, proc.stderr
-    [made] = images() - before
-    assert made.startswith("pinpoint/repo:team-app-")  # named after the repository, not a temporary copy
+    assert len(repo_images("team-app-") - before) == 1  # one image, named after the repository (not its copy)

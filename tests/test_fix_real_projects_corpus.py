@@ -20,6 +20,7 @@ import pytest
 from fake_llm_server import FakeScriptedLLMServer, tool_call
 from pinpoint.environments.project_deps import ProjectFiles, find_test_deps
 from pinpoint.environments.repo_image import install_script
+from test_fix_real_projects import repo_images
 
 PINPOINT = str(Path(sys.executable).parent / "pinpoint")
 #: a few turns: the scripted fix takes one, so a run that does not pass stops early
@@ -176,7 +177,13 @@ def test_fix_local_repairs_a_real_project(project, sdists, tmp_path):
 @pytest.mark.parametrize("project", [p for p in PROJECTS if p.name in IN_CONTAINER], ids=str)
 def test_fix_in_a_container_repairs_a_real_project(project, sdists, tmp_path):
     repo = team_repository(project, tmp_path / "work", sdists)
-    proc = _fix(repo, project, local=False, py="python")
+    before = repo_images(project.name)
+    try:
+        proc = _fix(repo, project, local=False, py="python")
+    finally:  # each run's repository is a new commit: its image would stay behind unused
+        made = repo_images(project.name) - before
+        if made:
+            subprocess.run(["docker", "rmi", "-f", *made], capture_output=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert _verdict(proc).startswith("PASS"), proc.stdout + proc.stderr[-3000:]
     assert f"pinpoint/repo:{project.name}-" in proc.stderr
