@@ -3,7 +3,7 @@ downloaded at test time) made into a git repository the way upstream keeps it (i
 git-ignored, its release tagged), a planted one-line bug its own suite catches, a GitHub-style issue, and the
 FAKE scripted OpenAI-compatible endpoint (tests/fake_llm_server.py) answering with the fix. `--local` runs in a
 venv the project's own declared test dependencies were installed into by pinpoint's install recipe (what the team
-has); a subset runs in the container pinpoint builds. The installed `pinpoint` script runs as a subprocess."""
+has); each also runs in the container pinpoint builds from its files. The installed `pinpoint` script runs as a subprocess."""
 
 from __future__ import annotations
 
@@ -84,8 +84,6 @@ PROJECTS = [
             "{py} -m pytest -q -p no:cacheprovider tests/test_utils.py tests/test_formatting.py "
             "-k 'short_help or formatting'"),
 ]
-#: the projects also fixed in a container (each builds an image: minutes)
-IN_CONTAINER = ("platformdirs", "pastel")
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -174,7 +172,7 @@ def test_fix_local_repairs_a_real_project(project, sdists, tmp_path):
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("project", [p for p in PROJECTS if p.name in IN_CONTAINER], ids=str)
+@pytest.mark.parametrize("project", PROJECTS, ids=str)
 def test_fix_in_a_container_repairs_a_real_project(project, sdists, tmp_path):
     repo = team_repository(project, tmp_path / "work", sdists)
     before = repo_images(project.name)
