@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_lines import said
 from fake_llm_server import FakeScriptedLLMServer, tool_call
 from pinpoint.agent.demo import build_demo_repo
 from pinpoint.agent.fix import IssueError, read_issue
@@ -77,7 +78,7 @@ def test_bad_config_stops_before_any_work(tmp_path, capsys):
 def _one_line_refusal(capsys, argv: list[str]) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert len(said(err)) == 1 and "Traceback" not in err, err
     return err
 
 
@@ -223,4 +224,4 @@ def test_owner_repo_number_offline_is_one_line_and_exit_2(tmp_path, monkeypatch,
     demo = build_demo_repo(tmp_path / "r", "Python/2")
     assert main(["fix", str(demo.path), "--issue", "acme/app#7", "--local"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "are you offline" in err and "gh issue view 7 -R acme/app" in err, err
+    assert len(said(err)) == 1 and "are you offline" in err and "gh issue view 7 -R acme/app" in err, err

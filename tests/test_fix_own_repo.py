@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_lines import said
 from fake_llm_server import FakeScriptedLLMServer, tool_call
 from pinpoint.cli import main
 
@@ -165,7 +166,7 @@ def test_local_tests_import_the_clone_not_the_users_checkout(team_repo, tmp_path
 def _refused(capsys, code: int) -> str:
     assert code == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert len(said(err)) == 1 and "Traceback" not in err, err
     return err
 
 

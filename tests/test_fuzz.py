@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from cli_lines import said
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pinpoint.agent.trajectory import FORMAT
@@ -84,7 +85,7 @@ def invoke(argv: list[str]) -> tuple[int, str, str]:
 def rejected_cleanly(result: tuple[int, str, str], command: str) -> bool:
     """Exit 2, exactly one `pinpoint <command>: ...` line, nothing else on stderr but `pinpoint: ...` notes."""
     code, _, err = result
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in said(err) if line.strip()]
     errors = [line for line in lines if line.startswith(f"pinpoint {command}: ")]
     others = [line for line in lines if not line.startswith("pinpoint")]
     return code == 2 and len(errors) == 1 and not others and "Traceback" not in err

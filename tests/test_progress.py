@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from cli_lines import said
 from fake_llm_server import FakeScriptedLLMServer, delay, tool_call
 from pinpoint.cli import main
 from test_agent_batch import N_TASKS, _make_tasks, _reply
@@ -85,7 +86,7 @@ def test_quiet_fix_has_no_status_line_and_a_bad_interval_is_one_line(team_repo, 
         monkeypatch.setenv("PINPOINT_PROGRESS_S", "soon")
         assert main(_fix_argv(team_repo, _issue(tmp_path), tmp_path / "out2", fake.base_url)) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "PINPOINT_PROGRESS_S" in err and "Traceback" not in err
+    assert len(said(err)) == 1 and "PINPOINT_PROGRESS_S" in err and "Traceback" not in err
 
 
 def _read_all(fd: int, into: list[bytes]) -> None:

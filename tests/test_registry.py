@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cli_lines import said
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.registry import registry_of
 from two_nodes import RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, assert_nothing_left
@@ -99,7 +100,7 @@ def test_a_registry_docker_would_not_read_as_one_is_one_line(value: str) -> None
 def test_a_bad_registry_flag_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = _build("pinpoint/images", tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "HOST[:PORT]/PREFIX" in done.stderr
+    assert len(said(done.stderr.strip())) == 1 and "HOST[:PORT]/PREFIX" in done.stderr
 
 
 @pytest.mark.docker
