@@ -189,7 +189,7 @@ def test_prune_removes_labelled_containers_left_by_a_crashed_run(docker_client, 
         assert docker_client.containers.get(other.id).status == "running"
         stray = docker_client.containers.run(base_image_311, ["sleep", "infinity"], detach=True,
                                              labels={MANAGED_LABEL: "1", RUN_LABEL: crashed_run})
-        assert pinpoint(["env", "prune", "--run-id", crashed_run]) == 0
+        assert pinpoint(["env", "prune", "--label", crashed_run]) == 0
         with pytest.raises(docker.errors.NotFound):
             docker_client.containers.get(stray.id)
     finally:
@@ -211,7 +211,7 @@ def test_plain_prune_removes_only_your_ended_runs_boxes(docker_client, base_imag
         assert pinpoint(["env", "prune"]) == 0
         left = {name for name, box in boxes.items() if _exists(docker_client, box.id)}
         assert left == {"mine, live", "another user's"}
-        assert pinpoint(["env", "prune", "--all", "--run-id", run]) == 0
+        assert pinpoint(["env", "prune", "--all", "--label", run]) == 0
         assert not any(_exists(docker_client, box.id) for box in boxes.values())
     finally:
         for box in boxes.values():
