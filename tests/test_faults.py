@@ -28,6 +28,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from cli_lines import said
 from fake_llm_server import FakeScriptedLLMServer, delay, drip, garbage_reply, http_error, text, tool_call
 from pinpoint.cli import main
 from pinpoint.environments.labels import RUN_ID, RUN_LABEL
@@ -175,7 +176,7 @@ def test_run_endpoint_fault(tmp_path, capsys, docker_client):
         assert main(["run", INSTANCE, "--output", str(out), *_model_args(fake)]) == 2
         err = capsys.readouterr().err
         # one line besides the status line's progress lines (`[m:ss] instance · node · ...`)
-        (line,) = [line for line in err.splitlines() if line.strip() and not re.match(r"\[\d+:\d\d\] ", line)]
+        (line,) = [line for line in said(err) if line.strip() and not re.match(r"\[\d+:\d\d\] ", line)]
         assert line.startswith("pinpoint run: ") and "infrastructure failure (llm_error)" in line, err
         assert not (run_dir / "preds.jsonl").exists()
         assert main(["run", INSTANCE, "--evaluate", "--output", str(out), *_model_args(fake)]) == 0
