@@ -70,9 +70,10 @@ def _eval_with_node_loss(tmp_path: Path, cluster: TwoNodeCluster, engine: Second
                                      "--address", cluster.address], cwd=tmp_path, env=_driver_env(run_id),
                                     stdout=out, stderr=subprocess.STDOUT)
         try:
-            box, image = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
+            _, image = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
             assert cluster.kill_second(), "no process of the second node to kill"
-            assert box in {b for b, _ in _boxes(engine.host, run_id)}  # the lost item's box outlived its worker
+            # the lost worker's box goes now, by the reaper it started (a separate process on this machine, so
+            # it outlives the node's), or when the node comes back: at the end none may be left
             _wait(lambda: image in main.images(), "the lost instance graded on the main engine", proc, log)
             cluster.start_second()  # the node comes back: a new node id, the same engine
             assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]

@@ -2,7 +2,7 @@
 dockerd): one episode worker (a Ray actor holding 2 `docker` units) per node, so the two tasks' boxes run on the
 two engines. The second node's processes are SIGKILLed once its engine holds a box of the run, and the node is
 restarted: the run still completes with the rows `--backend local` writes, every (task, sample) once, each task's
-boxes on one engine, and no box of the run left on either engine (the lost worker's, which outlived it, reaped).
+boxes on one engine, and no box of the run left on either engine (the lost worker's included).
 
 The policy is the scripted gold (a FAKE that replays the reference patch); the tasks are real SWE-bench rows in
 their real instance images (moved to the second engine with `docker save | docker load`).
@@ -54,9 +54,10 @@ def _rollout_with_node_loss(tmp_path: Path, tasks: Path, cluster: TwoNodeCluster
             proc = subprocess.Popen(_command(tasks, out, cluster.address), cwd=tmp_path, env=_env(run_id),
                                     stdout=sink, stderr=subprocess.STDOUT)
         try:
-            box, _ = _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)[0]
+            _wait(lambda: _boxes(engine.host, run_id), "a box on the second engine", proc, log)
             assert cluster.kill_second(), "no process of the second node to kill"
-            assert box in {b for b, _ in _boxes(engine.host, run_id)}  # the lost worker's box outlived it
+            # the lost worker's box goes now, by the reaper it started (a separate process on this machine, so
+            # it outlives the node's), or when the node comes back: at the end none may be left
             cluster.start_second()  # back under a new node id, on the same engine
             assert proc.wait(timeout=900) == 0, log.read_text(errors="replace")[-3000:]
         finally:

@@ -2,7 +2,7 @@
 
 The harness is the outside world: it builds the tasks (small local git repositories with a pytest test and a
 one-line bug, and SWE-bench rows whose boxes are docker containers), serves the embedded SmolLM2 from its own
-process on a fixed port (a real llama.cpp server, xllamacpp), and runs `pinpoint rollout` as a child process
+process on a fixed port (a real llama.cpp server, xllamacpp), and runs `pinpoint rl rollout` as a child process
 against it through the recording gateway. While the rollout runs it `docker kill`s one of the run's boxes and
 restarts the model server (SIGKILL, then a new server on the same port). Then it checks what a trainer needs:
 every group complete (each task's G rows, each a real episode or a masked failure), the failures retried or
@@ -132,12 +132,12 @@ def _child_env() -> dict[str, str]:
 
 
 def rollout_command(tasks: Path, out: Path, url: str, plan: FaultPlan) -> list[str]:
-    """`pinpoint rollout` against the model server at `url` through the recording gateway."""
-    return [str(Path(sys.executable).with_name("pinpoint")), "rollout", "--tasks", str(tasks), "--policy", url,
-            "--model", "SmolLM2-135M-Instruct", "--backend", "llama.cpp", "--out", str(out),
+    """`pinpoint rl rollout` against the model server at `url` through the recording gateway."""
+    return [str(Path(sys.executable).with_name("pinpoint")), "rl", "rollout", "--tasks", str(tasks), "--policy", url,
+            "--model", "SmolLM2-135M-Instruct", "--model-backend", "llama.cpp", "--output", str(out),
             "--samples-per-task", str(plan.samples), "--concurrency", str(plan.concurrency),
             "--containers-per-worker", str(plan.concurrency + 2), "--reward", "unit",
-            "--max-steps", str(plan.max_steps), "--temperature", "1.0", "--seed", "0",
+            "--max-steps", str(plan.max_steps), "--set", "llm.temperature=1.0", "--seed", "0",
             "--on-failure", plan.on_failure, "--retries", str(plan.retries),
             "--set", f"llm.max_tokens={plan.max_tokens}", "--set", "llm.constrain_actions=true",
             "--set", "llm.tool_mode=text", "--set", "llm.timeout_s=300"]
@@ -157,7 +157,7 @@ def _run_id(log: Path, process: subprocess.Popen, timeout_s: float = 120.0) -> s
             if line.startswith("run id: "):
                 return line.removeprefix("run id: ").strip()
         time.sleep(0.2)
-    raise RuntimeError(f"pinpoint rollout printed no run id: {log.read_text()[-500:] if log.exists() else ''}")
+    raise RuntimeError(f"pinpoint rl rollout printed no run id: {log.read_text()[-500:] if log.exists() else ''}")
 
 
 def _rows(out: Path) -> list[dict[str, Any]]:
