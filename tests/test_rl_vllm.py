@@ -59,8 +59,12 @@ class VllmServer:
                    # logits differ in the last bits, and at temperature 1.0 a near tie then samples another token
                    # (a rerun diverged after 4-7 identical turns); a reproducible rollout needs the cache off
                    "--no-enable-prefix-caching"]
+        # vLLM's engine talks over unix sockets it makes in the temp folder and leaves behind when killed:
+        # they go in this server's own test folder instead of /tmp
+        scratch = {"TMPDIR": str(self.log.parent), "VLLM_RPC_BASE_PATH": str(self.log.parent)}
         with self.log.open("a") as sink:
-            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                            env={**os.environ, **scratch})
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
