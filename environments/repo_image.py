@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pinpoint.environments import paths
 from pinpoint.environments.errors import UsageError
+from pinpoint.environments.files import scratch_dir
 from pinpoint.environments.images import commit_build_step, ensure_base_image, file_lock, image_exists
 from pinpoint.environments.local import clone_checkout
 from pinpoint.environments.project_deps import TestDeps
@@ -135,7 +136,7 @@ def build_repo_image(
         if image_exists(tag):
             return tag
         log(f"pinpoint: building {tag}")
-        with tempfile.TemporaryDirectory(prefix="pinpoint-repo-") as tmp:
+        with scratch_dir("pinpoint-repo-") as tmp:  # named by pid: a killed build's clone goes at the next build
             checkout = os.path.join(tmp, "repo")
             sha = clone_checkout(source, checkout, commit)
             commit_build_step(
