@@ -17,7 +17,6 @@ import json
 import re
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from pinpoint.agent.search import Ask, CandidateBudget, Node, candidate_search, 
 from pinpoint.agent.state import Task
 from pinpoint.agent.test_runs import run_test_command
 from pinpoint.environments import paths
+from pinpoint.environments.files import jsonl_records, scratch_dir
 from pinpoint.environments.local import LocalRuntime
 from pinpoint.localization.failing_tests import pytest_selection
 from pinpoint.localization.fusion import top_lines
@@ -82,7 +82,8 @@ def humanevalfix(limit: int | None = None) -> list[dict]:
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The cached rows; a line cut by a kill mid-write is skipped, so its bug runs again."""
+    return [value for _, value, problem in jsonl_records(path.read_text()) if problem is None]
 
 
 def bug_repo(dest: Path, row: dict) -> Task:
@@ -203,8 +204,8 @@ def bench_repair(rows: list[dict], arms: list[str], out: Path, config: Config, a
     shared = _Serialized(scorer) if scorer is not None else None
 
     def one(arm: str, row: dict) -> None:
-        with tempfile.TemporaryDirectory(prefix="pinpoint-repair-bench-") as tmp:
-            found = run_bug(row, arm, config, Path(tmp), ask, shared)  # type: ignore[arg-type]
+        with scratch_dir("pinpoint-repair-bench-") as tmp:  # a killed run's folder goes at the next
+            found = run_bug(row, arm, config, tmp, ask, shared)  # type: ignore[arg-type]
         with lock:
             with cache.open("a") as fh:
                 fh.write(json.dumps(asdict(found)) + "\n")
