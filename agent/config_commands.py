@@ -7,11 +7,13 @@ A team member sets the endpoint once per machine (`config init`, then edit) inst
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 from pinpoint.agent.commands import ENV_SETTINGS, _config_args, config_from_args
 from pinpoint.agent.config import read_config_file, user_config_path
+from pinpoint.agent.llm_config import LLMConfig
 from pinpoint.environments.cli import add_command, subcommand_group
 from pinpoint.environments.errors import UsageError
 
@@ -64,12 +66,30 @@ def _sources(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def _run_model(llm: LLMConfig) -> tuple[LLMConfig, str | None]:
+    """The model a run would use and where it comes from: with an endpoint and no model named, a run takes the
+    server's first model (the embedded model's name would be wrong), so the server is asked the same way."""
+    from pinpoint.agent.preflight import DEFAULT_MODEL, PreflightError, check_endpoint
+
+    if llm.base_url is None or llm.model != DEFAULT_MODEL:
+        return llm, None
+    try:
+        served = check_endpoint(llm)
+    except PreflightError as exc:
+        unknown = f"(the first model {llm.base_url} lists: it does not answer now)"
+        return dataclasses.replace(llm, model=unknown), f"llm.model: none named, and {exc}"
+    if served.model == DEFAULT_MODEL:
+        return llm, f"llm.model: none named and {llm.base_url} lists none; a run sends {DEFAULT_MODEL}"
+    return served, f"llm.model: none named, so the first model {llm.base_url} lists"
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     import yaml
 
     sources = _sources(args)
     config = config_from_args(args)
-    for line in sources:
+    config.llm, model_source = _run_model(config.llm)
+    for line in [*sources, model_source] if model_source else sources:
         print(f"pinpoint config: {line}", file=sys.stderr)
     print(yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=False), end="")
     return 0

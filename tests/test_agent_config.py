@@ -146,3 +146,28 @@ def test_show_rejects_non_trajectories_and_renders_real_ones(tmp_path):
     shown = out.getvalue()
     for expected in ("t-1", "submitted", "a.py:3", "[traceback #1] frame", "view(", "flare-1", "diff --git a/a.py"):
         assert expected in shown
+
+
+def test_show_names_the_servers_model_a_run_would_use_when_none_is_named(tmp_path, monkeypatch, capsys):
+    """With an endpoint and no model named, a run takes the server's first model: `config show` says that model,
+    not the embedded one's name; a server that does not answer is said so, in one line, and nothing fails."""
+    import socket
+
+    from fake_llm_server import FakeScriptedLLMServer
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("PINPOINT_MODEL", raising=False)
+    with FakeScriptedLLMServer([], model="team-served-model") as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        shown, err = _show(capsys)
+        assert shown["llm"]["model"] == "team-served-model"
+        assert f"llm.model: none named, so the first model {fake.base_url} lists" in err
+        shown, err = _show(capsys, "--model", "named-model")  # a named model is used as named
+        assert shown["llm"]["model"] == "named-model" and "llm.model" not in err
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    shown, err = _show(capsys, "--base-url", url)
+    assert "SmolLM2" not in shown["llm"]["model"] and url in shown["llm"]["model"]
+    [said] = [line for line in err.splitlines() if "llm.model" in line]
+    assert "does not answer" in said
