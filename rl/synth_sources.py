@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pinpoint.environments.errors import UsageError
+from pinpoint.rl.synth_trace import MODULE, install_script
 from pinpoint.rl.synthesize import Source
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -29,19 +30,26 @@ def source_from_spec(spec: dict[str, Any], work_dir: Path, timeout_s: float) -> 
 
 
 def local_source(repo: Path, test_command: str, work_dir: Path, files: tuple[str, ...] = ()) -> Source:
-    """A clone of the local repository `repo` (its HEAD), tested by `test_command` run in the clone."""
+    """A clone of the local repository `repo` (its HEAD), tested by `test_command` run in the clone; traced with
+    the plugin on PYTHONPATH (a command that is not pytest ignores it, and every mutant runs every test)."""
     if not (repo / ".git").exists():
         raise UsageError(f"{repo}: not a git repository (synthesize needs one to make the tasks' commits)")
     name = _SAFE.sub("-", repo.resolve().name)
     dest = _fresh(work_dir / name)
     _git(None, "clone", "-q", "--no-hardlinks", str(repo.resolve()), str(dest))
-    return Source(name, str(dest), test_command, files=tuple(files))
+    plugin_dir = dest / ".git" / "pinpoint-trace"
+    plugin_dir.mkdir()
+    subprocess.run(["bash", "-c", install_script(shlex.quote(str(plugin_dir)))], check=True)
+    trace = (f'PYTHONPATH={shlex.quote(str(plugin_dir))}${{PYTHONPATH:+:$PYTHONPATH}} '
+             f'PYTEST_ADDOPTS="-p {MODULE} $PYTEST_ADDOPTS" {test_command}')
+    return Source(name, str(dest), test_command, files=tuple(files), trace_command=trace)
 
 
 def instance_source(instance_id: str, dataset: str | None, work_dir: Path, timeout_s: float) -> Source:
     """The row's repository at its base commit with the reference fix and the test patch committed (every test the
-    row names passes there), tested by the row's test command inside the row's image, the checkout copied over its
-    /testbed (no network, the command bounded by `timeout_s`); the files to break: those the fix touches."""
+    row names passes there), tested by the row's test command inside the row's image, the checkout's changes since
+    the base commit copied over its /testbed (no network, the command bounded by `timeout_s`); the files to break:
+    those the fix touches and their neighbours."""
     from pinpoint.swebench_eval.datasets import load_instances
     from pinpoint.swebench_eval.images import build_instance_image
     from pinpoint.swebench_eval.sources import RepoSources
@@ -62,16 +70,27 @@ def instance_source(instance_id: str, dataset: str | None, work_dir: Path, timeo
          f"{instance_id}: reference fix and tests")
     image = build_instance_image(instance, sources).tag
     test_cmd = spec_for(instance)["test_cmd"]
-    tests = shlex.quote(test_cmd + ' "$@"')
-    # the checkout is copied over the image's tree, not mounted on it: files the install generated and git ignores
-    # (pytest's _version.py) stay
-    inner = (f'tar -C /src --exclude=.git -cf - . | tar -C /testbed -xf - && cd /testbed && '
-             f'exec timeout -k 5 {int(timeout_s)} bash -c {tests} _ "$@"')
-    command = (f'docker run --rm --network none -e COLUMNS=400 -v "$PWD":/src:ro {image} '
-               f'bash -c {shlex.quote(inner)} _')
+    command, trace = (_in_image(image, instance.base_commit, test_cmd, timeout_s, traced) for traced in (False, True))
     fixed = [p.path for p in PatchSet(instance.patch) if p.path.endswith(".py")]
+    traced = parser.__name__ != "parse_log_sympy"  # bin/test is not pytest
     return Source(instance_id, str(dest), command, tuple(test_directives(instance)), parser.__name__,
-                  tuple(_near(dest, fixed)))
+                  tuple(_near(dest, fixed)), trace if traced else "")
+
+
+def _in_image(image: str, base_commit: str, test_cmd: str, timeout_s: float, traced: bool) -> str:
+    """A command run in a checkout that streams the files changed since `base_commit` (and new ones) into a
+    container of `image` over its /testbed, then runs `test_cmd` with its arguments there. Only the changes travel:
+    what the image's install made (generated files, sphinx's tox.ini with -rA) stays as the harness has it."""
+    tests = shlex.quote(test_cmd + ' "$@"')
+    plugin = ""
+    if traced:
+        purelib = '"$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')"'
+        plugin = f'{install_script(purelib)} && export PYTEST_ADDOPTS="-p {MODULE} $PYTEST_ADDOPTS" && '
+    inner = (f'tar -C /testbed -xf - && cd /testbed && {plugin}'
+             f'exec timeout -k 5 {int(timeout_s)} bash -c {tests} _ "$@"')
+    changed = f'{{ git diff --name-only --diff-filter=d {base_commit}; git ls-files -o --exclude-standard; }}'
+    return (f'{changed} | tar -cf - -T - | docker run -i --rm --network none -e COLUMNS=400 {image} '
+            f'bash -c {shlex.quote(inner)} _')
 
 
 def _near(repo: Path, fixed: list[str]) -> list[str]:

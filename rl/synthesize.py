@@ -2,15 +2,18 @@
 
 A source is a git checkout whose tests pass, and a test command that prints pytest's `-rA` summary (a SWE-bench
 row: its repository at the base commit with the reference fix and the test patch applied, its tests run by its
-own image with the checkout mounted at /testbed; or a local repository with its own command). The tests are run
-twice as they are, then once more by id: the tests that pass all three times are the baseline (a flaky or
-unselectable test never becomes a FAIL_TO_PASS). Then `localization/mutations.py`'s operators edit one non-test
-file at a time; a mutant is kept when at least one baseline test no longer passes (the suite's outcome, normalized
-to pass / not pass, differs: an equivalent mutant changes nothing and is dropped), and not when the run hangs.
+own image with the checkout's changes copied over /testbed; or a local repository with its own command). The tests
+are run twice as they are, then once more by id with `rl/synth_trace.py`'s tracer: the tests that pass all three
+times are the baseline (a flaky or unselectable test never becomes a FAIL_TO_PASS), and the trace says which
+functions each one calls. Then `localization/mutations.py`'s operators edit one non-test file at a time; a mutant
+runs only the baseline tests that reach its function (none: it is skipped as unreached, without a run), and is kept
+when at least one of them no longer passes (the suite's outcome, normalized to pass / not pass, differs: an
+equivalent mutant changes nothing and is dropped), and not when the run hangs.
 
 A kept mutant becomes a local task (`rl/tasks.py`): its starting state is a commit of the mutant on a branch of the
 source's tasks repository (`pinpoint-synth/<task id>`), its gold patch the inverse edit, FAIL_TO_PASS the broken
-tests, PASS_TO_PASS the rest of the baseline, its test command the source's command over both lists (exit 0 when
+tests, PASS_TO_PASS the rest of the baseline (the tests that do not reach the edit pass as before: see
+`rl/synth_trace.py`), its test command the source's command over both lists (exit 0 when
 every one passes: the harness's PASS_AND_FAIL rule), and a problem statement naming the failing tests and their
 failures, never the edited file or line. Tasks are deduplicated by their mutant text; each has a difficulty
 estimate: how many tests it breaks, and how far the edit is from what the failures print (0: its file and line
@@ -34,6 +37,7 @@ from typing import Any
 
 from pinpoint.environments.errors import UsageError
 from pinpoint.localization.mutations import mutants
+from pinpoint.rl.synth_trace import enclosing_function, parse_trace
 
 #: what a test's status must be to count as passing (the official parsers' spelling)
 PASSED = "PASSED"
@@ -46,7 +50,8 @@ class Source:
     """A repository to synthesize from: `repo` a git checkout at the commit to break (its HEAD), `test_command`
     run there with test ids or files appended, `tests` what the baseline runs, `parser` the official log parser's
     name for the repository (`parse_log_pytest` for any pytest suite), `files` the files to mutate (empty: every
-    non-test Python file)."""
+    non-test Python file), `trace_command` the test command with `rl/synth_trace.py`'s plugin loaded (empty: every
+    mutant runs every baseline test)."""
 
     name: str
     repo: str
@@ -54,6 +59,14 @@ class Source:
     tests: tuple[str, ...] = ()
     parser: str = "parse_log_pytest"
     files: tuple[str, ...] = ()
+    trace_command: str = ""
+
+    def selecting(self, ids: list[str]) -> list[str]:
+        """The arguments that run just the tests `ids`: pytest takes ids; sympy's bin/test takes its files and
+        `-k` names (a name also runs the tests it is part of: their outcome is ignored)."""
+        if self.parser == "parse_log_sympy":
+            return [*self.tests, "-k", *ids] if ids else list(self.tests)
+        return ids
 
 
 @dataclass(frozen=True)
@@ -70,13 +83,16 @@ class SynthSettings:
 
 @dataclass
 class SynthStats:
-    """What one source's synthesis did: mutants tried, kept, equivalent (no baseline test changed), hung."""
+    """What one source's synthesis did: mutants tried, kept, equivalent (no baseline test changed), unreached (no
+    baseline test calls the edited function: no run), hung; whether the baseline was traced."""
 
     source: str
     baseline_tests: int = 0
+    traced: bool = False
     tried: int = 0
     kept: int = 0
     equivalent: int = 0
+    unreached: int = 0
     hung: int = 0
     duplicates: int = 0
     seconds: float = 0.0
@@ -101,10 +117,11 @@ class TestRun:
         return {test for test, status in self.statuses.items() if status == PASSED}
 
 
-def run_tests(source: Source, args: list[str], timeout_s: float) -> TestRun:
-    """Run the source's test command with `args` in its checkout; statuses by the official parser. A run over
-    `timeout_s` is killed with its process group and reported as hung."""
-    command = " ".join([source.test_command, *(shlex.quote(a) for a in args)])
+def run_tests(source: Source, args: list[str], timeout_s: float, traced: bool = False) -> TestRun:
+    """Run the source's test command (its trace command when `traced`) with `args` in its checkout; statuses by
+    the official parser. A run over `timeout_s` is killed with its process group and reported as hung."""
+    prefix = source.trace_command if traced else source.test_command
+    command = " ".join([prefix, *(shlex.quote(a) for a in args)])
     env = {**os.environ, "COLUMNS": "400"}  # pytest cuts its summary lines to the terminal's width
     proc = subprocess.Popen(["bash", "-c", command], cwd=source.repo, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
@@ -126,18 +143,39 @@ def _parser(name: str) -> Callable[[str, Any], dict[str, str]]:
     return parser
 
 
-def baseline(source: Source, timeout_s: float) -> tuple[list[str], str]:
-    """The tests that pass on every one of three runs: twice as configured, then selected by id; with the last
-    run's final output line (what to show when none passes)."""
+@dataclass(frozen=True)
+class Baseline:
+    """The steady tests; the functions each calls ({"path:first line": test ids}, None when not traced); the last
+    run's final output line (what to show when no test passes)."""
+
+    passing: list[str]
+    calls: dict[str, set[str]] | None
+    tail: str
+
+
+def baseline(source: Source, timeout_s: float) -> Baseline:
+    """The tests that pass on every one of three runs: twice as configured, then selected by id (traced when the
+    source can be)."""
     first, second = (run_tests(source, list(source.tests), timeout_s) for _ in range(2))
     # a parametrized id with a space is cut there by the log parsers: pytest cannot select what is left of it
     steady = sorted(t for t in first.passing() & second.passing() if t.count("[") == t.count("]"))
-    last = second
+    last, calls = second, None
     if steady:
-        last = run_tests(source, steady, timeout_s)
+        last = run_tests(source, source.selecting(steady), timeout_s, traced=bool(source.trace_command))
         steady = sorted(last.passing() & set(steady))
+        calls = parse_trace(last.output) if source.trace_command else None
     tail = next((line.strip() for line in reversed(last.output.splitlines()) if line.strip()), "no output")
-    return steady, tail[:200]
+    return Baseline(steady, calls, tail[:200])
+
+
+def reaching(base: Baseline, path: str, original: str, line: int) -> list[str]:
+    """The baseline tests that can see an edit of `path` at `line`: those calling its function, or all of them
+    when the baseline was not traced or the line runs at import."""
+    key = enclosing_function(path, original, line)
+    if base.calls is None or key is None:
+        return base.passing
+    callers = base.calls.get(key, set())
+    return [test for test in base.passing if test in callers]
 
 
 def candidate_files(source: Source) -> list[str]:
@@ -178,12 +216,12 @@ def synthesize(source: Source, settings: SynthSettings) -> SynthResult:
     started = time.monotonic()
     stats = SynthStats(source.name)
     result = SynthResult(stats=stats)
-    base = _git(source.repo, "rev-parse", "HEAD")
-    passing, tail = baseline(source, settings.timeout_s)
-    stats.baseline_tests = len(passing)
-    if not passing:
+    head = _git(source.repo, "rev-parse", "HEAD")
+    base = baseline(source, settings.timeout_s)
+    stats.baseline_tests, stats.traced = len(base.passing), base.calls is not None
+    if not base.passing:
         stats.error = (f"no test passes steadily on the unbroken repository, selected by id (the command must print "
-                       f"pytest's -rA summary; its last line: {tail})")
+                       f"pytest's -rA summary; its last line: {base.tail})")
         stats.seconds = time.monotonic() - started
         return result
     seen: set[str] = set()
@@ -196,7 +234,7 @@ def synthesize(source: Source, settings: SynthSettings) -> SynthResult:
             continue
         seen.add(digest)
         stats.tried += 1
-        task = _try_mutant(source, base, passing, path, original, mutant, digest, settings, stats)
+        task = _try_mutant(source, head, base, path, original, mutant, digest, settings, stats)
         if task is not None:
             result.tasks.append(task)
     stats.kept = len(result.tasks)
@@ -204,32 +242,37 @@ def synthesize(source: Source, settings: SynthSettings) -> SynthResult:
     return result
 
 
-def _try_mutant(source: Source, base: str, passing: list[str], path: str, original: str, mutant: Any,
+def _try_mutant(source: Source, head: str, base: Baseline, path: str, original: str, mutant: Any,
                 digest: str, settings: SynthSettings, stats: SynthStats) -> dict[str, Any] | None:
-    """Run the baseline tests on one mutant; its task row when it breaks one, else None (counted)."""
+    """Run the baseline tests that reach one mutant; its task row when it breaks one, else None (counted)."""
+    tests = reaching(base, path, original, mutant.bug_line)
+    if not tests:
+        stats.unreached += 1
+        return None
     file = Path(source.repo) / path
     file.write_text(mutant.code)
     try:
-        run = run_tests(source, passing, settings.timeout_s)
+        run = run_tests(source, source.selecting(tests), settings.timeout_s)
         if run.hung:
             stats.hung += 1
             return None
-        broken = [test for test in passing if run.statuses.get(test) != PASSED]
+        broken = [test for test in tests if run.statuses.get(test) != PASSED]
         if not broken:
             stats.equivalent += 1
             return None
         task_id = f"{source.name}.synth-{digest}"
-        commit = _commit_branch(source.repo, base, path, f"pinpoint-synth/{task_id}")
+        commit = _commit_branch(source.repo, head, path, f"pinpoint-synth/{task_id}")
     finally:
         file.write_text(original)
-    kept = [test for test in passing if test not in broken]
+    kept = [test for test in base.passing if test not in broken]
+    args = source.selecting(broken + kept)
     return {"task_id": task_id, "repo_path": source.repo, "base_commit": commit,
-            "test_command": " ".join([source.test_command, *(shlex.quote(t) for t in broken + kept)]),
+            "test_command": " ".join([source.test_command, *(shlex.quote(a) for a in args)]),
             "problem_statement": problem_statement(broken, run.output),
             "gold_patch": inverse_patch(path, mutant.code, original),
             "FAIL_TO_PASS": broken, "PASS_TO_PASS": kept,
             "synthesis": {"source": source.name, "operator": mutant.operator, "file": path,
-                          "line": mutant.bug_line, "tests_broken": len(broken),
+                          "line": mutant.bug_line, "tests_broken": len(broken), "tests_run": len(tests),
                           "distance": distance(path, mutant.bug_line, run.output)}}
 
 

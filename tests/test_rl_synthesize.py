@@ -5,6 +5,8 @@ as a tasks file for `rl dataset`."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,16 @@ from pinpoint.rl.dataset import write_training_parquet
 from pinpoint.rl.env import EnvSettings, RepairEnv
 from pinpoint.rl.policies import GoldPolicy
 from pinpoint.rl.synth_run import run_synthesis
-from pinpoint.rl.synthesize import SynthSettings, inverse_patch, problem_statement, verify_task
+from pinpoint.rl.synth_sources import local_source
+from pinpoint.rl.synth_trace import enclosing_function
+from pinpoint.rl.synthesize import (
+    SynthSettings,
+    baseline,
+    inverse_patch,
+    problem_statement,
+    reaching,
+    verify_task,
+)
 from pinpoint.rl.tasks import load_tasks
 
 pytestmark = pytest.mark.slow
@@ -29,7 +40,8 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
     (stats,) = run_synthesis([{"repo": str(demo.path), "test_command": TEST_COMMAND}], out,
                              SynthSettings(max_mutants=6, timeout_s=120))
     assert not stats["error"] and stats["tried"] == 6
-    assert stats["kept"] + stats["equivalent"] + stats["hung"] == stats["tried"]
+    assert stats["kept"] + stats["equivalent"] + stats["unreached"] + stats["hung"] == stats["tried"]
+    assert stats["traced"]  # each test's calls were recorded: a mutant runs only the tests that reach it
     return out, [json.loads(line) for line in out.read_text().splitlines()]
 
 
@@ -76,3 +88,25 @@ def test_the_gold_patch_is_the_inverse_edit_and_the_statement_quotes_failures() 
     text = problem_statement(["t.py::test_a", "t.py::test_b", "t.py::T::test_c"], output)
     assert "t.py::test_a: assert 2 == 1" in text and "t.py::test_b: fails (no message)" in text
     assert "t.py::T::test_c: KeyError: 'x'" in text  # a summary line cut short: the traceback's error instead
+
+
+def test_the_trace_says_which_tests_reach_a_function(tmp_path: Path) -> None:
+    """The tracer plugin in a real pytest run: an edit in a function reaches only the tests calling it, an edit at
+    module level reaches all of them."""
+    (tmp_path / "m.py").write_text("import functools\n\n\ndef used(x):\n    return x + 1\n\n\n"
+                                   "@functools.lru_cache\ndef unused(x):\n    return x - 1\n\n\nLIMIT = 3\n")
+    (tmp_path / "test_m.py").write_text("import m\n\n\ndef test_a():\n    assert m.used(1) == 2\n\n\n"
+                                        "def test_b():\n    assert m.LIMIT == 3\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "."], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], cwd=tmp_path,
+                   check=True)
+    source = local_source(tmp_path, f"{sys.executable} -m pytest -p no:cacheprovider -rA", tmp_path / "work")
+    base = baseline(source, 60)
+    assert base.passing == ["test_m.py::test_a", "test_m.py::test_b"] and base.calls is not None
+    text = (tmp_path / "m.py").read_text()
+    assert enclosing_function("m.py", text, 5) == "m.py:4"
+    assert enclosing_function("m.py", text, 10) == "m.py:8"  # a decorated function's code starts at its decorator
+    assert reaching(base, "m.py", text, 5) == ["test_m.py::test_a"]
+    assert reaching(base, "m.py", text, 10) == []
+    assert reaching(base, "m.py", text, 13) == base.passing  # module level: runs at import, reaches every test
