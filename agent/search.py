@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from pinpoint.agent import prompts
 from pinpoint.agent.config import SearchSection
-from pinpoint.agent.test_runs import run_test_command
 from pinpoint.environments.runtime import Runtime
 from pinpoint.localization import candidates
 from pinpoint.localization.candidates import Candidate
@@ -31,7 +30,7 @@ from pinpoint.localization.suspects import Suspect
 from pinpoint.swebench_eval.metrics import edited_lines
 from pinpoint.swebench_eval.patches import PatchError, apply_patch
 from pinpoint.tools.base import numbered
-from pinpoint.tools.run_tests import TestRun, hang_bound
+from pinpoint.tools.run_tests import TestRun, hang_bound, run_tests
 
 if TYPE_CHECKING:
     from pinpoint.localization.scorer import LocalScorer
@@ -144,7 +143,8 @@ class CandidateRunner:
 
     def evaluate_candidate(self, parent: Node, candidate: Candidate, focused: str | None) -> Node | None:
         """Run an edit candidate: `focused` (the failing tests) first when given, the whole command only when they
-        pass; a candidate stopped at the focused run returns None (its outcome is not comparable to full runs)."""
+        pass. Only a candidate that passes returns its node (the search keeps nothing else), so a failing one costs
+        a reset, a write and one test run: no diff is taken of it."""
         started = time.monotonic()
         record = {"id": f"{self.origin}-{len(self.records) + 1}", "origin": self.origin, "source": candidate.source,
                   "target": f"{candidate.path}:{candidate.first}", "edit": candidate.describe(),
@@ -158,17 +158,20 @@ class CandidateRunner:
             return None
         new_text = candidate.apply(text)
         if focused is not None:
-            first = self._run(record, parent, candidate.path, text, new_text, started, focused)
-            if first is None or not first.outcome.ok:
-                record["status"] = "failing tests still fail" if first is not None else record["status"]
+            first = self._run(record, parent, candidate.path, text, new_text, started, focused, plausible_only=True)
+            if first is None:
+                record["status"] = "failing tests still fail" if record["status"] == "evaluated" else record["status"]
                 return None
             record["focused"] = focused
-            return self._run(record, parent, candidate.path, text, new_text, started, written=True)
-        return self._run(record, parent, candidate.path, text, new_text, started)
+            return self._run(record, parent, candidate.path, text, new_text, started, written=True,
+                             plausible_only=True)
+        return self._run(record, parent, candidate.path, text, new_text, started, plausible_only=True)
 
     def _run(self, record: dict, parent: Node, path: str, text: str, new_text: str, started: float,
-             command: str | None = None, written: bool = False) -> Node | None:
-        """Write `new_text` over the parent's patch in a reset tree (unless `written`), run the tests, record."""
+             command: str | None = None, written: bool = False, plausible_only: bool = False) -> Node | None:
+        """Write `new_text` over the parent's patch in a reset tree (unless `written`), run the tests, record.
+        `plausible_only`: a run that fails returns None and its patch is not taken (a diff per run is as dear as
+        the run of a small suite)."""
         if not written:
             if new_text == text:
                 record["status"] = "no-op"
@@ -185,12 +188,19 @@ class CandidateRunner:
                 record["status"] = str(exc)
                 return None
             self.runtime.write_file(path, new_text)
-        patch = self.runtime.diff()
-        outcome = run_test_command(self.runtime, command or self.test_command, self.timeout)
-        record.update(status="evaluated", patch=patch, passed=outcome.passed, failed=outcome.failed, ok=outcome.ok,
-                      exit_code=outcome.exit_code, edited_lines=edited_lines(patch)["total"],
-                      timed_out=outcome.timed_out, test_output=outcome.output[-2000:],
+        patch = None if plausible_only else self.runtime.diff()
+        outcome = run_tests(self.runtime, command or self.test_command, self.timeout)
+        record.update(status="evaluated", passed=outcome.passed, failed=outcome.failed, ok=outcome.ok,
+                      exit_code=outcome.exit_code, timed_out=outcome.timed_out, test_output=outcome.output[-2000:],
                       seconds=round(time.monotonic() - started, 3))
+        if plausible_only and not outcome.ok:
+            return None
+        if patch is None:  # the tree as written, before the tests could add files to it
+            apply_patch(self.runtime, parent.patch)
+            self.runtime.write_file(path, new_text)
+            patch = self.runtime.diff()
+        outcome.patch_edited_lines = edited_lines(patch)["total"]
+        record.update(patch=patch, edited_lines=outcome.patch_edited_lines)
         return Node(patch, outcome)
 
 

@@ -1,5 +1,7 @@
-"""Candidate repairs at the suspect lines: the one-edit rewrites of `repair.repair_edits`, pairs of them and a few
-insertions, each as a region of its file to replace, in the order a search should try them.
+"""Candidate repairs at the suspect lines: the one-edit rewrites of `repair.repair_edits` and of
+`edit_kinds.more_edits` (names misused, operands swapped, a call missing), pairs of them and a few insertions (a
+missing `return`, a guard at the function's start), each as a region of its file to replace, in the order a search
+should try them.
 
 Test-driven repair with a small model fails because the model rarely writes the right line; the right line is often
 one operator, one number or one removal away, and trying those costs test runs, not model calls. The edits are made
@@ -15,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pinpoint.localization.mutations import Edit, Source
+from pinpoint.localization.edit_kinds import guards, more_edits
+from pinpoint.localization.mutations import Edit, Source, nodes
 from pinpoint.localization.repair import enclosing_functions, repair_edits, rewrite_gains
 
 if TYPE_CHECKING:
@@ -23,7 +26,11 @@ if TYPE_CHECKING:
 
 #: without a likelihood, the edit kinds most often right first (operators and off-by-ones, then removals)
 KIND_PRIOR = {"other_operator": 0, "number_one_off": 1, "index_one_off": 1, "missing_return": 2, "drop_operand": 2,
-              "plain_assignment": 2, "drop_method_call": 3, "unwrap_call": 3, "drop_element": 3, "drop_statement": 4}
+              "plain_assignment": 2, "drop_method_call": 3, "unwrap_call": 3, "drop_element": 3, "drop_statement": 4,
+              "function_misuse": 5, "swap_operands": 5, "variable_misuse": 6, "missing_call": 7, "guard": 8}
+#: the kinds with many edits a line, tried as if their line were this many places further down the suspect list:
+#: the cheap kinds of the next few lines come before them
+KIND_DELAY = {"function_misuse": 1, "swap_operands": 1, "variable_misuse": 2, "missing_call": 3, "guard": 3}
 #: how many places in the likelihood order one step down the suspect list costs
 LINE_WEIGHT = 2.0
 #: pairs are made of each suspect line's best few singles, on the best few lines
@@ -134,20 +141,34 @@ def _missing_returns(unit: _Unit, wanted: set[int]) -> list[tuple[str, Edit, int
 
 
 def single_candidates(files: dict[str, str], targets: Sequence[tuple[str, int]]) -> list[Candidate]:
-    """Every one-edit rewrite (and `return` insertion) on the target lines, which come ranked, best first."""
+    """Every one-edit rewrite (and `return` insertion) on the target lines, which come ranked, best first, and a
+    few guards at the start of each function they are in."""
     rank_of: dict[tuple[str, int], int] = {}
     for i, target in enumerate(targets):
         rank_of.setdefault(target, i)
     out: list[Candidate] = []
     for path, text in files.items():
         lines = [line for p, line in rank_of if p == path]
+        functions = _function_names(text)
         for unit, wanted in _units(text, lines):
-            found = repair_edits(unit.code, wanted) + _missing_returns(unit, wanted)
+            found = repair_edits(unit.code, wanted) + _missing_returns(unit, wanted) + more_edits(
+                unit.code, wanted, functions)
             for rewrite, edit, line in found:
                 at = unit.first + line - 1
                 source = "insertion" if edit.operator == "missing_return" else "edit"
                 out.append(_candidate(path, unit, rewrite, (edit,), (at,), rank_of[(path, at)], source))
+            if unit.function:
+                rank = min(rank_of[(path, unit.first + line - 1)] for line in wanted)
+                out += [_candidate(path, unit, rewrite, (edit,), (unit.first + line - 1,), rank, "insertion")
+                        for rewrite, edit, line in guards(unit.code)]
     return out
+
+
+def _function_names(text: str) -> list[str]:
+    """The names of the functions a file defines (what a call in it may have meant instead)."""
+    src = Source(text)
+    return sorted({src.text(n.child_by_field_name("name")) for n in nodes(src.tree.root_node)
+                   if n.type == "function_definition"})
 
 
 def pair_candidates(ordered: Sequence[Candidate], limit: int) -> list[Candidate]:
@@ -196,10 +217,11 @@ def with_likelihood(candidates: Sequence[Candidate], scorer: LocalScorer, descri
 
 def ordered(candidates: Sequence[Candidate]) -> list[Candidate]:
     """Best first. Scored: the likelihood order, each step down the suspect list worth `LINE_WEIGHT` places;
-    unscored: suspect rank, then the kind's prior, then the smaller edit."""
+    unscored: suspect rank (later for the kinds of `KIND_DELAY`), then the kind's prior, then the smaller edit."""
     if candidates and all(c.gain is not None for c in candidates):
         by_gain = sorted(range(len(candidates)), key=lambda i: -(candidates[i].gain or 0.0))
         place = {i: n for n, i in enumerate(by_gain)}
         keys = {i: place[i] + LINE_WEIGHT * candidates[i].rank for i in range(len(candidates))}
         return [candidates[i] for i in sorted(keys, key=lambda i: (keys[i], candidates[i].size))]
-    return sorted(candidates, key=lambda c: (c.rank, min(KIND_PRIOR.get(k, 5) for k in c.kinds), c.size))
+    return sorted(candidates, key=lambda c: (c.rank + max(KIND_DELAY.get(k, 0) for k in c.kinds),
+                                             min(KIND_PRIOR.get(k, 5) for k in c.kinds), c.size))

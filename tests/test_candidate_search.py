@@ -13,7 +13,13 @@ from fake_llm_server import FakeScriptedLLMServer, text
 from pinpoint.agent.search import CandidateBudget, Node, candidate_search, focused_command
 from pinpoint.agent.test_runs import run_test_command
 from pinpoint.environments.local import LocalRuntime
-from pinpoint.localization.candidates import LINE_WEIGHT, ordered, pair_candidates, single_candidates
+from pinpoint.localization.candidates import (
+    KIND_DELAY,
+    LINE_WEIGHT,
+    ordered,
+    pair_candidates,
+    single_candidates,
+)
 from pinpoint.localization.suspects import Suspect
 from pinpoint.tools.run_tests import HANG_FLOOR_S, TestRun, hang_bound
 
@@ -40,9 +46,12 @@ def test_a_one_token_fix_inside_a_method_is_a_candidate_and_keeps_the_file_intac
 def test_without_likelihood_the_higher_suspect_line_and_operator_edits_come_first():
     code = "def f(a, b):\n    c = a + 1\n    return c * b\n"
     found = ordered(single_candidates({"m.py": code}, [("m.py", 3), ("m.py", 2)]))
-    ranks = [c.rank for c in found]
-    assert ranks == sorted(ranks) and found[0].lines == (3,)
+    cheap = [c for c in found if not set(c.kinds) & set(KIND_DELAY)]
+    assert [c.rank for c in cheap] == sorted(c.rank for c in cheap) and found[0].lines == (3,)
     assert found[0].kinds == ("other_operator",)
+    # the kinds with many edits a line wait for the cheap edits of the next lines
+    misuse = next(i for i, c in enumerate(found) if c.kinds == ("variable_misuse",) and c.rank == 0)
+    assert misuse > max(i for i, c in enumerate(found) if c.rank == 1 and c in cheap)
 
 
 def test_with_likelihood_the_likeliest_edit_on_the_second_line_overtakes_most_of_the_top_line():
@@ -74,6 +83,48 @@ def test_a_dropped_result_gets_a_return():
     code = "def double(a):\n    a * 2\n"
     found = single_candidates({"m.py": code}, [("m.py", 2)])
     assert any(c.source == "insertion" and c.apply(code) == "def double(a):\n    return a * 2\n" for c in found)
+
+
+def _fixes(code: str, fixed: str, lines: list[int], kind: str) -> bool:
+    found = single_candidates({"m.py": code}, [("m.py", line) for line in lines])
+    return any(c.kinds == (kind,) and c.apply(code) == fixed for c in found)
+
+
+def test_a_variable_used_for_another_is_a_candidate_and_parameters_stay_declared():
+    code = "def power(x, n):\n    p = 1\n    while p < n:\n        p *= x\n    return p\n"
+    fixed = "def power(x, n):\n    p = 1\n    while p < x:\n        p *= x\n    return p\n"
+    assert _fixes(code, fixed, [3], "variable_misuse")
+    found = single_candidates({"m.py": code}, [("m.py", 1)])
+    assert not any(c.kinds == ("variable_misuse",) for c in found)  # `def power(x, n)` is not rewritten
+
+
+def test_a_sibling_function_or_another_function_of_the_file_is_a_candidate():
+    code = "def big(xs):\n    return min(xs)\n\n\ndef twice(s):\n    return s.endswith('a')\n"
+    assert _fixes(code, code.replace("min(", "max("), [2], "function_misuse")
+    assert _fixes(code, code.replace(".endswith(", ".startswith("), [6], "function_misuse")
+    helpers = "def inc(x):\n    return x + 1\n\n\ndef dec(x):\n    return x - 1\n\n\ndef f(x):\n    return inc(x)\n"
+    assert _fixes(helpers, helpers.replace("return inc(x)", "return dec(x)"), [10], "function_misuse")
+
+
+def test_swapped_operands_and_a_missing_call_are_candidates():
+    code = "def gap(a, b):\n    return a - b\n"
+    assert _fixes(code, "def gap(a, b):\n    return b - a\n", [2], "swap_operands")
+    assert _fixes(code, "def gap(a, b):\n    return abs(a - b)\n", [2], "missing_call")
+
+
+def test_a_guard_for_empty_input_is_inserted_after_the_docstring():
+    code = 'def first(xs):\n    """The first item."""\n    return xs[0]\n'
+    fixed = 'def first(xs):\n    """The first item."""\n    if not xs:\n        return None\n    return xs[0]\n'
+    found = single_candidates({"m.py": code}, [("m.py", 3)])
+    guard = next(c for c in found if c.kinds == ("guard",) and c.apply(code) == fixed)
+    assert guard.source == "insertion" and guard.first == 3 and guard.last == 2
+
+
+def test_each_kind_is_bounded_per_line():
+    names = ", ".join(f"v{i}" for i in range(40))
+    code = f"def f({names}):\n    return v0 + v1\n"
+    found = single_candidates({"m.py": code}, [("m.py", 2)])
+    assert 0 < sum(c.kinds == ("variable_misuse",) for c in found) <= 24
 
 
 def _repo(path: Path, source: str, test: str) -> None:
