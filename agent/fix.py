@@ -22,6 +22,7 @@ from pinpoint.agent.runner import INFRA_STATUSES, RunResult, hold_run_folder, ru
 from pinpoint.agent.state import Task
 from pinpoint.agent.test_runs import bounded_by, first_run_timeout
 from pinpoint.environments import paths
+from pinpoint.environments.build_outputs import built_extensions
 from pinpoint.environments.docker_runtime import DockerRuntime
 from pinpoint.environments.errors import PinpointError, UsageError
 from pinpoint.environments.files import scratch_dir, write_atomic
@@ -29,6 +30,7 @@ from pinpoint.environments.images import DEBIAN_SUITES, UnsupportedPythonVersion
 from pinpoint.environments.local import LocalRuntime, clone_checkout
 from pinpoint.environments.project_deps import ProjectFiles, TestDeps, find_test_deps
 from pinpoint.environments.repo_image import (
+    C_TOOLCHAIN,
     REPO_WORKDIR,
     build_repo_image,
     install_script,
@@ -120,9 +122,11 @@ def head_commit(source: str) -> str:
 def build_fix_image(source: str, commit: str, deps: TestDeps, python_version: str = "3.11", network: bool = True,
                     name: str | None = None, log=print) -> str:
     """An image of `source` at `commit` in /testbed, installed from its own files with its test dependencies;
-    `name` (the user's repository) names it when `source` is a temporary copy."""
-    return build_repo_image(source, commit, python_version=python_version, script=TRUST_CHECKOUT + install_script(deps),
-                            network=network, name=name, log=log)
+    `name` (the user's repository) names it when `source` is a temporary copy; a project that compiles an
+    extension gets a compiler first."""
+    script = TRUST_CHECKOUT + (C_TOOLCHAIN if deps.compiles else "") + install_script(deps)
+    return build_repo_image(source, commit, python_version=python_version, script=script, network=network, name=name,
+                            log=log)
 
 
 def check_branch(repo: str, branch: str) -> None:
@@ -371,12 +375,13 @@ def _working_tree_commit(repo: str, head: str, dest: Path) -> tuple[str, str, st
 
 def _runtime(request: FixRequest, source: str, commit: str, deps: TestDeps, config: Config,
              log: Callable[[str], None]) -> Runtime:
-    """A clone first on the tests' import path (`--local`, with the scm version files a build would have
-    written), else a container built from the repository's files and its test dependencies."""
+    """A clone first on the tests' import path (`--local`, with the scm version files and the compiled extensions
+    the user's build wrote into their checkout), else a container built from the repository's files and its test
+    dependencies."""
     if request.local:
-        checkout = request.repo if request.is_local else source
-        return LocalRuntime(source, commit, checkout_first_on_path=True,
-                            extra_files=version_files(ProjectFiles(source, commit), Path(checkout)))
+        checkout = Path(request.repo if request.is_local else source)
+        built = {**built_extensions(checkout), **version_files(ProjectFiles(source, commit), checkout)}
+        return LocalRuntime(source, commit, checkout_first_on_path=True, extra_files=built)
     log(f"pinpoint fix: test dependencies: {deps.describe()}")
     try:
         image = build_fix_image(source, commit, deps, request.python, network=not request.offline,

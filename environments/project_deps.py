@@ -1,10 +1,11 @@
 """What a Python project declares its tests need, read from its own files at one commit: the `test`/`tests`/
 `testing` extras (`dev` when none of those exists), PEP 735 dependency groups, Poetry and PDM development groups,
-tox's test dependencies and its requirement files. A team's suite imports its pytest plugins and fixtures'
+tox's test dependencies, what noxfile.py's test session installs, and requirement files. A team's suite imports its pytest plugins and fixtures'
 libraries from these; installing only the runtime dependencies makes a healthy suite look misconfigured."""
 
 from __future__ import annotations
 
+import ast
 import configparser
 import contextlib
 import re
@@ -22,6 +23,9 @@ FALLBACK_NAMES = ("dev",)
 #: a requirement file at the root (`requirements.txt`, `requirements-dev.txt`, `test-requirements.txt`)
 _REQUIREMENTS_FILE = re.compile(r"^[\w.-]*requirements[\w.-]*\.txt$")
 _SETUP_PY_EXTRA = re.compile(r"""["']([A-Za-z0-9_.-]+)["']\s*:""")
+#: a setup.py that builds C extensions, and build requirements that compile at install
+_SETUP_PY_NATIVE = re.compile(r"\bext_modules\b|\bExtension\(|\bcythonize\(")
+_NATIVE_BUILD_REQUIRES = ("cython", "meson-python", "scikit-build", "pybind11", "cffi")
 
 
 class ProjectFiles:
@@ -46,7 +50,8 @@ class ProjectFiles:
 @dataclass(frozen=True)
 class TestDeps:
     """The test dependencies to install: extras of the project itself, plain requirements (groups, tox deps) and
-    requirement files, each with where it was found (`found`, for the notice a user reads)."""
+    requirement files, each with where it was found (`found`, for the notice a user reads); `compiles` when the
+    project builds a C extension at install (without a compiler the build falls back to pure Python, or fails)."""
 
     __test__ = False  # not a pytest test class, whatever its name
 
@@ -54,6 +59,7 @@ class TestDeps:
     requirements: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
     found: tuple[str, ...] = ()
+    compiles: bool = False
 
     def describe(self) -> str:
         return "; ".join(self.found) or "none declared"
@@ -71,14 +77,27 @@ def find_test_deps(files: ProjectFiles, extras: Sequence[str] | None = None,
     requirements = [r for g in chosen_groups for r in declared_groups[g]]
     found = [f"extras {','.join(chosen_extras)}"] if chosen_extras else []
     found += [f"group {g}" for g in chosen_groups]
-    tox_extras, tox_requirements, tox_files = _tox(files.read("tox.ini"))
-    chosen_extras += [e for e in tox_extras if e in declared_extras and e not in chosen_extras]
-    requirements += tox_requirements
-    if tox_requirements or tox_extras or tox_files:
-        found.append("tox.ini [testenv]")
-    req_files = list(dict.fromkeys(_requirement_files(files) + [f for f in tox_files if files.read(f) is not None]))
+    runner_files: list[str] = []
+    for where, (runner_extras, runner_requirements, listed) in (
+            ("tox.ini [testenv]", _tox(files.read("tox.ini"))), ("noxfile.py test session", _nox(files.read("noxfile.py")))):
+        chosen_extras += [e for e in runner_extras if e in declared_extras and e not in chosen_extras]
+        requirements += runner_requirements
+        runner_files += listed
+        if runner_requirements or runner_extras or listed:
+            found.append(where)
+    req_files = list(dict.fromkeys(_requirement_files(files) + [f for f in runner_files if files.read(f) is not None]))
     found += req_files
-    return TestDeps(tuple(chosen_extras), tuple(dict.fromkeys(requirements)), tuple(req_files), tuple(found))
+    return TestDeps(tuple(chosen_extras), tuple(dict.fromkeys(requirements)), tuple(req_files), tuple(found),
+                    _compiles(files, pyproject))
+
+
+def _compiles(files: ProjectFiles, pyproject: dict) -> bool:
+    """Whether installing the project compiles an extension: setup.py declares one, or the build needs a
+    compiling backend (Cython, meson-python, scikit-build, pybind11, cffi)."""
+    if _SETUP_PY_NATIVE.search(files.read("setup.py") or ""):
+        return True
+    requires = " ".join(str(r) for r in pyproject.get("build-system", {}).get("requires", [])).lower()
+    return any(name in requires for name in _NATIVE_BUILD_REQUIRES)
 
 
 def _requirement_files(files: ProjectFiles) -> list[str]:
@@ -184,3 +203,41 @@ def _tox(text: str | None) -> tuple[list[str], list[str], list[str]]:
 
 def _lines(value: str) -> list[str]:
     return [line.split("#")[0].strip() for line in value.splitlines() if line.split("#")[0].strip()]
+
+
+def _nox(text: str | None) -> tuple[list[str], list[str], list[str]]:
+    """(extras, requirements, requirement files) that noxfile.py's test session installs: the literal arguments of
+    `session.install(...)` in a `@nox.session` function named test/tests/testing. The file is read, never run."""
+    try:
+        tree = ast.parse(text or "")
+    except (SyntaxError, ValueError):
+        return [], [], []
+    extras: list[str] = []
+    requirements: list[str] = []
+    req_files: list[str] = []
+    for func in tree.body:
+        if not isinstance(func, ast.FunctionDef) or _nox_session_name(func) not in TEST_NAMES:
+            continue
+        for call in ast.walk(func):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "install":
+                words = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                for before, word in zip(["", *words], words, strict=False):
+                    if before == "-r":
+                        req_files.append(word)
+                    elif word.startswith(".["):
+                        extras += [e.strip() for e in word[2:].rstrip("]").split(",") if e.strip()]
+                    elif not word.startswith((".", "-")) and before not in ("-c", "-e"):
+                        requirements.append(word)
+    return extras, requirements, req_files
+
+
+def _nox_session_name(func: ast.FunctionDef) -> str | None:
+    """The session's name (`name=` of the decorator, else the function's), None when it is no nox session."""
+    for decorator in func.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if ast.unparse(target) in ("nox.session", "session"):
+            named = [k.value for k in getattr(decorator, "keywords", []) if k.arg == "name"]
+            if named and isinstance(named[0], ast.Constant):
+                return str(named[0].value)
+            return func.name
+    return None

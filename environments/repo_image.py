@@ -33,6 +33,17 @@ python3 -m venv {VENV}
 """
 
 
+#: a C compiler and the Python headers, for a project that compiles an extension at install (a box built with
+#: network; the base images bring neither, and setuptools then quietly installs the pure-Python fallback)
+C_TOOLCHAIN = """if ! command -v cc >/dev/null; then
+  PKGS="gcc libc6-dev"
+  [ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || PKGS="$PKGS python3-dev"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $PKGS \\
+    && rm -rf /var/lib/apt/lists/*; } >/dev/null || echo "pinpoint: no C compiler installed (offline?)"
+fi
+"""
+
+
 def install_script(deps: TestDeps, workdir: str = REPO_WORKDIR, venv: str = VENV, python: str = "python3") -> str:
     """The one recipe that installs a team's repository as its own files say: a venv, every requirement file, the
     project editable with its test extras, its test groups, and pytest. Each step may fail (offline, a private

@@ -42,6 +42,12 @@ class Project:
     issue: str
     tests: str
     ignored: tuple[str, ...] = ()
+    #: (file, sdist text, repository text): what the sdist's build rewrote, put back as the repository has it
+    upstream: tuple[tuple[str, str, str], ...] = ()
+    #: where pinpoint must find the test dependencies (its notice names it), when the suite needs them found
+    declares: str = ""
+    #: how many tests the command passes in the team's own fixed checkout (a skipped part shows as fewer)
+    passed: int | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -83,6 +89,26 @@ PROJECTS = [
             "its group's command list; only the first paragraph should be used.\n",
             "{py} -m pytest -q -p no:cacheprovider tests/test_utils.py tests/test_formatting.py "
             "-k 'short_help or formatting'"),
+    Project("findpython", "0.6.2", "src/, pdm-backend, PDM scm version (write_to), PDM dev-dependencies, pytest",
+            "src/findpython/utils.py", "    return bool(match)\n", "    return match is None\n",
+            "# looks_like_python() is backwards\n\n`looks_like_python('python3.8')` is False and "
+            "`looks_like_python('python3.8.unknown')` is True.\n",
+            "{py} -m pytest -q -p no:cacheprovider tests/test_utils.py tests/test_cli.py",
+            ("src/findpython/__version__.py",),
+            upstream=(("pyproject.toml", "dynamic = []\n", 'dynamic = [\n    "version",\n]\n'),
+                      ("pyproject.toml", 'version = "0.6.2"\n', ""))),
+    Project("markupsafe", "2.1.5", "src/, setuptools setup.py with a C extension (_speedups) built at install, "
+            "requirements/tests.txt, tox, pytest", "src/markupsafe/_native.py",
+            '        .replace(">", "&gt;")\n', '        .replace(">", "&lt;")\n',
+            "# escape() turns > into &lt;\n\nWith the speedups off, `escape('a > b')` gives `a &lt; b`.\n",
+            "{py} -m pytest -q -p no:cacheprovider tests", ("src/markupsafe/*.so",),
+            declares="requirements/tests.txt", passed=53),
+    Project("installer", "0.7.0", "src/, flit, nox session installing tests/requirements.txt, launchers as package "
+            "data (importlib.resources), pytest", "src/installer/scripts.py",
+            '    ("gui", "win-amd64"): "w64.exe",\n', '    ("gui", "win-amd64"): "t64.exe",\n',
+            "# GUI scripts get the console launcher on 64-bit Windows\n\n`Script(..., section='gui')."
+            "generate(python, kind='win-amd64')` starts with the console launcher, so a console window opens.\n",
+            "{py} -m pytest -q -p no:cacheprovider tests/test_scripts.py", declares="tests/requirements.txt"),
 ]
 
 
@@ -93,8 +119,8 @@ def _git(repo: Path, *args: str) -> None:
 
 def _sdist(project: Project, cache: Path) -> Path:
     """The project's sdist, downloaded once into the cache (pip's own client, no wheels)."""
-    found = sorted(cache.glob(f"{project.name.replace('-', '_')}-{project.version}.tar.gz")) + sorted(
-        cache.glob(f"{project.name}-{project.version}.tar.gz"))
+    names = {f"{project.name}-{project.version}.tar.gz", f"{project.name.replace('-', '_')}-{project.version}.tar.gz"}
+    found = sorted(p for p in cache.glob("*.tar.gz") if p.name.lower() in names)  # MarkupSafe-2.1.5.tar.gz
     if not found:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                         f"{project.name}=={project.version}", "-d", str(cache)], check=True, capture_output=True)
@@ -109,7 +135,12 @@ def team_repository(project: Project, where: Path, cache: Path) -> Path:
         tar.extractall(where, filter="data")
     [repo] = [p for p in where.iterdir() if p.is_dir()]
     for generated in (*project.ignored, "PKG-INFO"):
-        (repo / generated).unlink(missing_ok=True)
+        for path in repo.glob(generated):
+            path.unlink()
+    for file, sdist_text, repo_text in project.upstream:
+        text = (repo / file).read_text()
+        assert sdist_text in text, f"{project.name}: {file} no longer has {sdist_text!r}"
+        (repo / file).write_text(text.replace(sdist_text, repo_text, 1))
     for egg_info in repo.glob("**/*.egg-info"):
         shutil.rmtree(egg_info)
     (repo / ".gitignore").write_text("\n".join(["*.egg-info/", "build/", "__pycache__/", *project.ignored]) + "\n")
@@ -126,10 +157,11 @@ def team_repository(project: Project, where: Path, cache: Path) -> Path:
     return repo
 
 
-def team_venv(repo: Path, venv: Path) -> Path:
+def team_venv(repo: Path, venv: Path, project: Project) -> Path:
     """What the team has: a venv with the project editable and its declared test dependencies, installed by
     pinpoint's own install recipe (the same one the container image runs)."""
     deps = find_test_deps(ProjectFiles(repo, "HEAD"))
+    assert project.declares in deps.describe()
     script = install_script(deps, workdir=str(repo), venv=str(venv), python=shlex.quote(sys.executable))
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     failed = [line for line in proc.stdout.splitlines() if line.startswith("pinpoint: ")]
@@ -137,7 +169,10 @@ def team_venv(repo: Path, venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def _fix(repo: Path, project: Project, *args: str, local: bool, py: str) -> subprocess.CompletedProcess:
+def _fix(repo: Path, project: Project, *args: str, local: bool, py: str, on_path: bool = False
+         ) -> subprocess.CompletedProcess:
+    """`pinpoint fix . --issue ../issue.md` from inside the repository, or `pinpoint fix <repo> --issue issue.md`
+    from the folder above it (`on_path`)."""
     fix = {"command": "str_replace", "path": project.path, "old_str": project.bad.strip("\n"),
            "new_str": project.good.strip("\n")}
     # a team's shell: none of this suite's settings (conftest turns pytest's plugin autoload off, and the
@@ -147,14 +182,24 @@ def _fix(repo: Path, project: Project, *args: str, local: bool, py: str) -> subp
     env["XDG_DATA_HOME"] = str(repo.parent / "data")
     with FakeScriptedLLMServer([tool_call("str_replace_editor", fix), tool_call("submit", {})],
                                default=tool_call("submit", {})) as fake:
-        argv = [PINPOINT, "fix", ".", "--issue", "../issue.md", "--base-url", fake.base_url, *QUICK,
+        where = ([repo.name, "--issue", "issue.md"] if on_path else [".", "--issue", "../issue.md"])
+        argv = [PINPOINT, "fix", *where, "--base-url", fake.base_url, *QUICK,
                 "--test-cmd", project.tests.format(py=py), *(["--local"] if local else []), *args]
-        return subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=1200)
+        return subprocess.run(argv, cwd=repo.parent if on_path else repo, env=env, capture_output=True, text=True,
+                              timeout=1200)
 
 
 def _verdict(proc: subprocess.CompletedProcess) -> str:
     lines = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if ": " in line)
     return lines.get("tests on the final patch", "")
+
+
+def assert_fixed(proc: subprocess.CompletedProcess, project: Project) -> None:
+    """Exit 0 and the suite passing on the final patch, all of it (a part skipped shows as fewer passed)."""
+    verdict = _verdict(proc)
+    assert proc.returncode == 0 and verdict.startswith("PASS"), proc.stdout + proc.stderr[-3000:]
+    if project.passed is not None:
+        assert verdict.startswith(f"PASS ({project.passed} passed"), proc.stdout + proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +210,9 @@ def sdists(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("project", PROJECTS, ids=str)
 def test_fix_local_repairs_a_real_project(project, sdists, tmp_path):
     repo = team_repository(project, tmp_path / "work", sdists)
-    python = team_venv(repo, tmp_path / "venv")
+    python = team_venv(repo, tmp_path / "venv", project)
     proc = _fix(repo, project, local=True, py=str(python))
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert _verdict(proc).startswith("PASS"), proc.stdout + proc.stderr[-3000:]
+    assert_fixed(proc, project)
 
 
 @pytest.mark.docker
@@ -177,11 +221,11 @@ def test_fix_in_a_container_repairs_a_real_project(project, sdists, tmp_path):
     repo = team_repository(project, tmp_path / "work", sdists)
     before = repo_images(project.name)
     try:
-        proc = _fix(repo, project, local=False, py="python")
+        proc = _fix(repo, project, local=False, py="python", on_path=True)
     finally:  # each run's repository is a new commit: its image would stay behind unused
         made = repo_images(project.name) - before
         if made:
             subprocess.run(["docker", "rmi", "-f", *made], capture_output=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert _verdict(proc).startswith("PASS"), proc.stdout + proc.stderr[-3000:]
+    assert_fixed(proc, project)
     assert f"pinpoint/repo:{project.name}-" in proc.stderr
+    assert project.declares in proc.stderr.split("test dependencies: ", 1)[1].splitlines()[0]
