@@ -10,6 +10,12 @@ changed patch or an infrastructure failure is graded again.
 Tests that need the internet cannot pass in pinpoint's offline eval boxes: a test whose statuses differ and whose
 failure in pinpoint's log is a network error (name resolution, refused or unreachable connections) is named as
 network-bound, apart from the disagreements.
+
+The official harness never applies a spec's CPU quota (`nano_cpus`, pylint's 2.14+ rows): its box gets Docker's
+defaults, which on a cgroup-v1 engine (cpu.shares 1024, no quota) pylint counts as one CPU, so its tests marked
+`needs_two_cores` are skipped and, absent from the log, graded as failures. pinpoint applies the quota (the gold
+patches pass those tests only with it). A row that disagrees on such an instance is graded again in a one-CPU box; when
+that grading gives every official status, the differing tests are named cpu-bound, apart from the disagreements.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from pinpoint.environments.errors import UsageError
+from pinpoint.environments.runtime import RuntimeSettings
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.layout import RunLayout
 from pinpoint.swebench_eval.predictions import Prediction, read_predictions
 from pinpoint.swebench_eval.run import grade
 from pinpoint.swebench_eval.sources import RepoSources
+from pinpoint.swebench_eval.specs import spec_for
 
 PREDICTION_FILES = ("preds.jsonl", "all_preds.jsonl", "preds.json", "all_preds.json")
 #: what a test failing for want of the internet prints (requests/urllib3/socket errors)
@@ -104,6 +112,7 @@ class RowAgreement:
     tests: int
     differ: dict[str, str] = field(default_factory=dict)  # test -> "official X, pinpoint Y"
     network: dict[str, str] = field(default_factory=dict)  # the same, for network-bound tests
+    cpu: dict[str, str] = field(default_factory=dict)  # the same, for tests the one-CPU grading gives as officially
     cached: bool = False
 
     @property
@@ -121,12 +130,19 @@ class RowAgreement:
         return not self.verdict_agrees and not self.differ and bool(self.network)
 
     @property
+    def cpu_bound(self) -> bool:
+        """Every test status agrees, cpu-bound tests aside: the official box counted one CPU."""
+        return not self.differ and bool(self.cpu)
+
+    @property
     def label(self) -> str:
+        if self.cpu_bound:
+            return "cpu-bound"
         return "agree" if self.agrees else "network-bound" if self.network_bound else "DISAGREE"
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "verdict_agrees": self.verdict_agrees, "agrees": self.agrees,
-                "network_bound": self.network_bound}
+                "network_bound": self.network_bound, "cpu_bound": self.cpu_bound}
 
 
 def compare(instance: Instance, official: dict[str, Any], pinpoint: dict[str, Any], log_text: str,
@@ -141,14 +157,36 @@ def compare(instance: Instance, official: dict[str, Any], pinpoint: dict[str, An
     return row
 
 
-def bench_row(instance: Instance, prediction: Prediction, official: dict[str, Any], layout: RunLayout,
-              sources: RepoSources | None = None, timeout: float = 1800.0) -> RowAgreement:
+def _graded_row(instance: Instance, prediction: Prediction, official: dict[str, Any], layout: RunLayout,
+                sources: RepoSources | None, timeout: float, settings: RuntimeSettings | None = None) -> RowAgreement:
     """Grade `prediction` (or reuse its grading in `layout`) and compare it with the official entry."""
-    verdict, reused = grade(instance, prediction, layout, sources=sources, timeout=timeout)
+    verdict, reused = grade(instance, prediction, layout, sources=sources, settings=settings, timeout=timeout)
     log = layout.with_model(prediction.model_name_or_path).eval_dir(instance.instance_id) / "test_output.txt"
     log_text = log.read_text(errors="replace") if log.exists() else ""
     entry = verdict.report.get(instance.instance_id, {})
     return compare(instance, official, entry, log_text, verdict.outcome, cached=reused)
+
+
+def declares_cpus(instance: Instance) -> bool:
+    """Whether the instance's spec asks for more than one CPU, which the official harness does not give."""
+    try:
+        return spec_for(instance).get("nano_cpus", 0) > 1_000_000_000
+    except KeyError:
+        return False
+
+
+def bench_row(instance: Instance, prediction: Prediction, official: dict[str, Any], layout: RunLayout,
+              sources: RepoSources | None = None, timeout: float = 1800.0) -> RowAgreement:
+    """The row graded as pinpoint grades; if it disagrees on an instance whose spec declares CPUs, graded again
+    in a one-CPU box (into `<run>-one-cpu`): the tests that grading gives as officially are cpu-bound."""
+    row = _graded_row(instance, prediction, official, layout, sources, timeout)
+    if not row.differ or not declares_cpus(instance):
+        return row
+    one_cpu = RunLayout(f"{layout.run_id}-one-cpu", layout.model, layout.root)
+    again = _graded_row(instance, prediction, official, one_cpu, sources, timeout, RuntimeSettings(cpus=1.0))
+    row.cpu = {test: status for test, status in row.differ.items() if test not in again.differ}
+    row.differ = {test: status for test, status in row.differ.items() if test not in row.cpu}
+    return row
 
 
 def bench_published(run: PublishedRun, instances: list[Instance], layout_root: Path | None = None,
@@ -174,6 +212,9 @@ def bench_published(run: PublishedRun, instances: list[Instance], layout_root: P
         "tests_total": sum(r.tests for r in rows),
         "tests_differ": sum(len(r.differ) for r in rows),
         "tests_network_bound": sum(len(r.network) for r in rows),
+        "rows_cpu_bound": [r.instance_id for r in rows if r.cpu_bound],
+        "rows_disagree": [r.instance_id for r in rows if r.label == "DISAGREE"],
+        "tests_cpu_bound": sum(len(r.cpu) for r in rows),
         "infra_failures": [r.instance_id for r in rows if r.pinpoint_outcome not in
                            ("resolved", "unresolved", "patch_failed", "no_test_output")],
         "rows": [r.to_json() for r in rows],
@@ -184,10 +225,12 @@ def format_row(row: RowAgreement) -> str:
     """One line: the verdicts, whether they and the tests agree, and the first differing tests by name."""
     official = "resolved" if row.official_resolved else "unresolved"
     parts = [f"{row.instance_id:<28}", f"{row.label:<13}", f"official {official:<10}", f"pinpoint {row.pinpoint_outcome:<14}",
-             f"tests {row.tests - len(row.differ) - len(row.network)}/{row.tests} equal"]
+             f"tests {row.tests - len(row.differ) - len(row.network) - len(row.cpu)}/{row.tests} equal"]
     if row.network:
         parts.append(f"network-bound {len(row.network)}: " + "; ".join(f"{t} ({s})" for t, s in
                                                                       list(row.network.items())[:3]))
+    if row.cpu:
+        parts.append(f"cpu-bound {len(row.cpu)}: " + "; ".join(f"{t} ({s})" for t, s in list(row.cpu.items())[:3]))
     if row.differ:
         parts.append(f"differ {len(row.differ)}: " + "; ".join(f"{t} ({s})" for t, s in list(row.differ.items())[:3]))
     if row.cached:
@@ -197,8 +240,8 @@ def format_row(row: RowAgreement) -> str:
 
 def format_totals(figures: dict[str, Any]) -> str:
     return (f"{figures['run']}: rows agree {figures['rows_agree']}/{figures['rows_total']}, network-bound "
-            f"{len(figures['rows_network_bound'])} (verdicts agree {figures['verdicts_agree']}/{figures['rows_total']});"
+            f"{len(figures['rows_network_bound'])}, cpu-bound {len(figures['rows_cpu_bound'])} (verdicts agree {figures['verdicts_agree']}/{figures['rows_total']});"
             " tests equal "
-            f"{figures['tests_total'] - figures['tests_differ'] - figures['tests_network_bound']}/"
-            f"{figures['tests_total']}, {figures['tests_network_bound']} network-bound, "
+            f"{figures['tests_total'] - figures['tests_differ'] - figures['tests_network_bound'] - figures['tests_cpu_bound']}/"
+            f"{figures['tests_total']}, {figures['tests_network_bound']} network-bound, {figures['tests_cpu_bound']} cpu-bound, "
             f"{figures['tests_differ']} differ; infrastructure failures {len(figures['infra_failures'])}")
