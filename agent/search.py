@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pinpoint.agent import prompts
 from pinpoint.agent.config import SearchSection
-from pinpoint.environments.runtime import Runtime
+from pinpoint.environments.runtime import Runtime, RuntimeBroken, RuntimeFailure
 from pinpoint.localization import candidates
 from pinpoint.localization.candidates import Candidate
 from pinpoint.localization.fusion import top_lines
@@ -189,7 +189,12 @@ class CandidateRunner:
                 return None
             self.runtime.write_file(path, new_text)
         patch = None if plausible_only else self.runtime.diff()
-        outcome = run_tests(self.runtime, command or self.test_command, self.timeout)
+        try:
+            outcome = run_tests(self.runtime, command or self.test_command, self.timeout)
+        except RuntimeBroken as exc:  # it killed the box's server or the box: a failure, and the next reset
+            record.update(status=f"broke the box: {exc}", broke_box=True,  # starts a fresh box
+                          seconds=round(time.monotonic() - started, 3))
+            return None
         record.update(status="evaluated", passed=outcome.passed, failed=outcome.failed, ok=outcome.ok,
                       exit_code=outcome.exit_code, timed_out=outcome.timed_out, test_output=outcome.output[-2000:],
                       seconds=round(time.monotonic() - started, 3))
@@ -312,17 +317,31 @@ def candidate_search(runtime: Runtime, problem: str, start: Node, suspects: list
         if len(plausible) >= budget.plausible or time.monotonic() - started > budget.seconds:
             break
         tried += 1
-        node = runner.evaluate_candidate(start, candidate, focused)
+        node = _evaluate(runner, start, candidate, focused)
+        if node is False:
+            break
         if node is not None and node.outcome.ok:
             plausible.append((candidate, node))
             runner.records[-1]["seconds_to_plausible"] = round(time.monotonic() - started, 3)
     if not plausible:
         return SearchResult(start, False, runner.records)
     for candidate in _simpler(plausible, queue[tried:])[: max(0, budget.runs - tried)]:
-        node = runner.evaluate_candidate(start, candidate, focused)
+        node = _evaluate(runner, start, candidate, focused)
+        if node is False:
+            break
         if node is not None and node.outcome.ok:
             plausible.append((candidate, node))
     return SearchResult(_survivor(plausible, runner.records, scorer, problem), True, runner.records)
+
+
+def _evaluate(runner: CandidateRunner, start: Node, candidate: Candidate, focused: str | None) -> Node | None | bool:
+    """One candidate's run; False when the box cannot be reset any more (a candidate broke it beyond repair, e.g.
+    removed the local checkout): the search ends with what it found, said in the candidate's record."""
+    try:
+        return runner.evaluate_candidate(start, candidate, focused)
+    except RuntimeFailure as exc:
+        runner.records[-1].update(status=f"the box could not be reset, the search stops: {exc}", broke_box=True)
+        return False
 
 
 #: edits that take code out: when one passes, the code it removes was not needed to pass

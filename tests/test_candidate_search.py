@@ -212,6 +212,45 @@ def test_a_hanging_candidate_is_a_failing_one_and_the_search_goes_on(tmp_path):
     assert result.improved and result.best.outcome.ok
 
 
+#: a product whose test kills the box's command server when the candidate makes it a sum (the first edit tried)
+MUL = "def mul(a, b):\n    return a // b\n"
+MUL_TEST = ("import os\nimport sys\nsys.path.insert(0, '.')\nfrom calc import mul\n\n"
+            "if mul(2, 3) == 5:\n    os.system(KILL)\nassert mul(2, 3) == 6\n")
+
+
+@pytest.mark.docker
+def test_a_candidate_that_kills_the_box_costs_its_own_run_and_the_search_goes_on(requests_image):
+    from pinpoint.environments.adversarial import KILL_SERVER
+    from pinpoint.environments.docker_runtime import DockerRuntime
+    from pinpoint.swebench_eval.patches import apply_patch
+
+    with DockerRuntime(requests_image) as runtime:
+        runtime.write_file("calc.py", MUL)
+        runtime.write_file("calc_check.py", MUL_TEST.replace("KILL", repr(KILL_SERVER)))
+        start_patch = runtime.diff()
+        command = "python calc_check.py"
+        start = Node(start_patch, run_test_command(runtime, command, 60))
+        assert not start.outcome.ok
+        result = candidate_search(runtime, "mul returns a wrong product", start,
+                                  [Suspect("calc.py", 2, 2, 1.0, "test", "planted")], test_command=command,
+                                  timeout=60, budget=CandidateBudget(runs=20, plausible=1))
+        broke = [r for r in result.candidates if r.get("broke_box")]
+        assert broke and broke[0]["edit"].endswith("return a + b") and "broke the box" in broke[0]["status"]
+        assert result.improved and "+    return a * b" in result.best.patch
+        apply_patch(runtime, result.best.patch)  # the fresh box takes the winner
+        assert run_test_command(runtime, command, 60).ok
+
+
+def test_a_candidate_that_ruins_a_local_checkout_ends_the_search_with_a_reason_not_a_crash(tmp_path):
+    _repo(tmp_path / "repo", MUL, MUL_TEST.replace("os.system(KILL)", "os.system('rm -rf .git')"))
+    command = f"{sys.executable} tests/test_calc.py"
+    with LocalRuntime(tmp_path / "repo") as runtime:
+        result = _search(runtime, command, CandidateBudget(runs=20, plausible=1))
+    assert not result.improved and result.best.patch == ""
+    assert "the box could not be reset, the search stops" in result.candidates[-1]["status"]
+    assert len(result.candidates) == 2  # the one that ruined it, then the one that found it ruined
+
+
 def test_hang_bound_follows_the_measured_suite_within_floor_and_cap():
     run = TestRun("pytest", 0, seconds=30.0)
     assert hang_bound(run, 600) == 150.0 and hang_bound(run, 100) == 100
