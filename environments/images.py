@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -44,6 +45,8 @@ BASE_REPOSITORY = "pinpoint/base"
 #: Debian suite that ships each Python version as python3 (extend with a verified suite per line)
 DEBIAN_SUITES: dict[str, str] = {"3.9": "bullseye", "3.11": "bookworm"}
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,git,patch,ca-certificates"
+#: what a base image from python:X.Y-slim gets on top (apt names)
+SLIM_PACKAGES = "git patch ca-certificates"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 CA_IN_CONTAINER = "/tmp/pinpoint-ca.crt"
 _STEP_SCRIPT = "/tmp/pinpoint-step.sh"
@@ -90,7 +93,10 @@ def image_exists(tag: str) -> bool:
 
 
 def base_tag(python_version: str) -> str:
-    return f"{BASE_REPOSITORY}:py{python_version}"
+    """`pinpoint/base:py3.11-<hash of the package lists>`: a machine whose base predates a change of the lists
+    (a package added) builds a new one, and every layer above it follows, as their tags name this one."""
+    packages = hashlib.sha256(f"{DEBOOTSTRAP_PACKAGES}\n{SLIM_PACKAGES}".encode()).hexdigest()[:8]
+    return f"{BASE_REPOSITORY}:py{python_version}-{packages}"
 
 
 def nearest_suite_version(python_version: str) -> str:
@@ -254,7 +260,7 @@ def _pull_slim(python_version: str, tag: str, log) -> bool:
         return False
     commit_build_step(
         source,
-        "apt-get update && apt-get install -y --no-install-recommends git patch ca-certificates && rm -rf /var/lib/apt/lists/*",
+        f"apt-get update && apt-get install -y --no-install-recommends {SLIM_PACKAGES} && rm -rf /var/lib/apt/lists/*",
         tag,
         labels={"pinpoint.python": python_version, "pinpoint.base.source": source},
     )

@@ -92,8 +92,14 @@ def _images_build(args: argparse.Namespace) -> int:
 
 
 def _images_list(args: argparse.Namespace) -> int:
-    from pinpoint.swebench_eval.images import list_images
+    from pinpoint.swebench_eval.images import instance_layers, layer_means, list_images
 
+    if args.layers:
+        print(f"{'repository':<22} {'instances':>9} {'own MB':>8} {'over env MB':>11} {'amortized MB':>12}")
+        for m in layer_means(instance_layers()):
+            print(f"{m.repo:<22} {m.instances:>9} {m.own / 1e6:>8.2f} {m.over_env / 1e6:>11.2f} "
+                  f"{m.amortized / 1e6:>12.2f}")
+        return 0
     rows = list_images()
     for row in rows:
         print(f"{row['kind']:<9} {row['bytes'] / 1e6:>9.1f} MB  {row['tag']}")
@@ -229,8 +235,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "where Ray places each build")
     registry_arg(build)
     build.set_defaults(func=_images_build)
-    add_command(images, "list", "list the images this harness built",
-                "pinpoint images list").set_defaults(func=_images_list)
+    listing = add_command(images, "list", "list the images this harness built",
+                          "pinpoint images list\npinpoint images list --layers")
+    listing.add_argument("--layers", action="store_true", help="instead, per repository: the mean bytes of its "
+                         "built instance layers over their reference, over their env image, and amortized "
+                         "(the reference's bytes shared over the instances on it)")
+    listing.set_defaults(func=_images_list)
     prune = add_command(images, "prune", "remove instance images (and env images with --all)",
                         "pinpoint images prune\npinpoint images prune --all")
     prune.add_argument("--all", action="store_true", help="also remove the shared env layers")

@@ -1,13 +1,16 @@
-"""Run inside a build box (stdlib only, the box's Python >= 3.9): the bookkeeping that lets the reference layer hold
-the dependencies an instance's install pulls in while the instance still ends with what a fresh install gives.
+"""Run inside a build box (stdlib only, the box's Python >= 3.9): the bookkeeping that lets the env and reference
+layers hold the dependencies an instance's install pulls in while the instance still ends with what a fresh install
+gives.
 
-The reference step installs, with `--no-deps` and exact pins, the distributions a dry run of the spec's install
-resolves for the reference commit that the env lacks (`shared`), and drops pip's REQUESTED mark from them, as a
-fresh install leaves its dependencies unrequested (`unrequest`). The instance step hides those distributions'
-metadata (`hide`), dry-runs its own install over the env alone (the fresh resolution), puts them back (`unhide`),
-uninstalls those the fresh resolution does not pick at that version (`drop`), runs the install as written, and
-fails unless the installed set is the env's updated by the fresh resolution (`check`).
-Embedded in the scripts by swebench_eval.scripts (so its text is part of both layers' tags).
+The env step records the env as the spec made it (`snapshot`) and installs, with `--no-deps`, the repository's
+shared pins it lacks (`absent`; swebench_eval.shared_pins). The reference step installs, the same way, the
+distributions a dry run of the spec's install resolves for the reference commit that neither has (`shared`). Both
+drop pip's REQUESTED mark from them, as a fresh install leaves its dependencies unrequested (`unrequest`), and list
+them in one file. The instance step hides those distributions' metadata (`hide`), dry-runs its own install over the
+env alone (the fresh resolution), puts them back (`unhide`), uninstalls those the fresh resolution does not pick at
+that version (`drop`), runs the install as written, and fails unless the installed set is the env's updated by the
+fresh resolution (`check`).
+Embedded in the scripts by swebench_eval.scripts (so its text is part of the layers' tags).
 """
 
 from __future__ import annotations
@@ -62,6 +65,15 @@ def shared(report: str, env: str, out: str) -> None:
         env_names = {name for name, _ in json.load(handle)}
     pins = sorted(f"{item['metadata']['name']}=={item['metadata']['version']}" for item in items
                   if not item.get("is_direct") and canonical(item["metadata"]["name"]) not in env_names)
+    with open(out, "w") as handle:
+        handle.write("".join(pin + "\n" for pin in pins))
+
+
+def absent(pins_path: str, env: str, out: str) -> None:
+    """The pins whose distribution the env lacks under any version (one it has stays as the env made it)."""
+    with open(env) as handle:
+        env_names = {name for name, _ in json.load(handle)}
+    pins = [f"{name}=={version}" for name, version in read_pins(pins_path) if canonical(name) not in env_names]
     with open(out, "w") as handle:
         handle.write("".join(pin + "\n" for pin in pins))
 
@@ -123,7 +135,7 @@ def check(env: str, report: str) -> None:
     print(f"pinpoint: installed distributions = the env's + the fresh resolution ({len(actual)})")
 
 
-COMMANDS = {"snapshot": snapshot, "shared": shared, "unrequest": unrequest, "hide": hide, "unhide": unhide,
+COMMANDS = {"snapshot": snapshot, "shared": shared, "absent": absent, "unrequest": unrequest, "hide": hide, "unhide": unhide,
             "drop": drop, "check": check}
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Layered images for SWE-bench instances: base (Python) -> env (repo + version) -> reference (a checkout the
-instances of a calendar quarter share, swebench_eval.reference) -> instance (the base commit's changes + install).
+"""Layered images for SWE-bench instances: base (Python) -> env (repo + version, and the install's dependencies
+all of the repository's rows share, swebench_eval.shared_pins) -> reference (a checkout the instances of a calendar
+quarter share, swebench_eval.reference) -> instance (the base commit's changes + install).
 
 Each tag ends in a hash of everything the layer is built from (its parent's tag, its script, its source commit),
 so a layer is rebuilt only when an input changes, and instances whose env inputs agree share one env layer.
@@ -33,6 +34,7 @@ from pinpoint.swebench_eval.scripts import (
     instance_script,
     reference_script,
 )
+from pinpoint.swebench_eval.shared_pins import env_pins
 from pinpoint.swebench_eval.sources import RepoSources
 from pinpoint.swebench_eval.specs import env_inputs, spec_for
 
@@ -73,7 +75,8 @@ class ImagePlan:
 def plan_images(instance: Instance, sources: RepoSources | None = None, specs_path: str | None = None,
                 shared_deps: bool = True) -> ImagePlan:
     """Resolve the layer tags of `instance` (this builds the base image if missing: its tag names the parent).
-    `shared_deps=False`: the layering before the reference held dependencies (same tags as then), to compare."""
+    `shared_deps=False`: no dependency of the install in the env or reference layers (a plain env, as the official
+    harness's), to compare."""
     sources = sources or RepoSources()
     spec = spec_for(instance, specs_path)
     requested = str(spec["python"])
@@ -81,7 +84,7 @@ def plan_images(instance: Instance, sources: RepoSources | None = None, specs_pa
     base = ensure_base_image(requested, allow_nearest=True)
     used = (_client().images.get(base).labels or {}).get("pinpoint.python", requested)
     inputs = env_inputs(instance, spec, sources)
-    env_text = env_script(inputs)
+    env_text = env_script(inputs, env_pins(instance.repo, spec) if shared_deps else ())
     # no version in the tag: versions whose inputs agree (e.g. all of sympy's) share one env layer
     env_tag = f"{ENV_REPO}:{_safe(instance.owner_name)}-{_digest(base, env_text)}"
     reference = choose_reference(sources, instance.repo, instance.base_commit)
@@ -238,7 +241,7 @@ def instance_layers() -> list[dict[str, Any]]:
             env = client.images.get(parent.attrs["Parent"])
             reference = parent.attrs["Size"] - env.attrs["Size"]
         rows.append({"tag": image.tags[0], "instance": (image.labels or {}).get("pinpoint.instance"),
-                     "parent": parent.id, "parent_kind": kind, "own_bytes": image.attrs["Size"] - parent.attrs["Size"],
+                     "repo": (image.labels or {}).get("pinpoint.repo"), "parent": parent.id, "parent_kind": kind, "own_bytes": image.attrs["Size"] - parent.attrs["Size"],
                      "reference_bytes": reference})
     sharing: dict[str, int] = {}
     for row in rows:
@@ -247,6 +250,34 @@ def instance_layers() -> list[dict[str, Any]]:
         row["sharing"] = sharing[row["parent"]] if row["parent_kind"] == "reference" else 0
         row["amortized_bytes"] = row["own_bytes"] + (row["reference_bytes"] / row["sharing"] if row["sharing"] else 0)
     return sorted(rows, key=lambda r: r["tag"])
+
+
+@dataclass(frozen=True)
+class LayerMeans:
+    """One repository's built instance layers, mean bytes each: `own` over its parent (the reference), `over_env`
+    over its env image (the reference's bytes counted whole in every instance), `amortized` (the reference's bytes
+    shared over the built instances on it: total bytes above the env layers per instance)."""
+
+    repo: str
+    instances: int
+    own: float
+    over_env: float
+    amortized: float
+
+
+def layer_means(rows: list[dict[str, Any]]) -> list[LayerMeans]:
+    """Per repository, from `instance_layers()` rows."""
+    by_repo: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_repo.setdefault(row["repo"] or "?", []).append(row)
+
+    def mean(group: list[dict[str, Any]], key) -> float:
+        return sum(map(key, group)) / len(group)
+
+    return [LayerMeans(repo, len(group), mean(group, lambda r: r["own_bytes"]),
+                       mean(group, lambda r: r["own_bytes"] + r["reference_bytes"]),
+                       mean(group, lambda r: r["amortized_bytes"]))
+            for repo, group in sorted(by_repo.items())]
 
 
 def top_layer_files(tag: str) -> dict[str, int]:

@@ -83,6 +83,10 @@ def checkout_steps(commit: str) -> list[str]:
 
 #: what the reference step leaves for the instance step (deps_box's env snapshot and pins); that step deletes it
 SHARED_DEPS = "/var/lib/pinpoint-shared-deps"
+#: every distribution the env and reference steps installed beyond the spec's env, as exact pins
+SHARED_PINS = f"{SHARED_DEPS}/shared.txt"
+#: the env's distributions as the spec made them, before any shared pin
+ENV_SNAPSHOT = f"{SHARED_DEPS}/env.json"
 DEPS_TOOL = "/tmp/pinpoint-deps.py"
 #: a copy of /testbed where a dry run may build metadata without touching the tree the layer keeps
 DEPS_SCRATCH = "/tmp/pinpoint-deps-tree"
@@ -126,7 +130,7 @@ def reference_script(spec: dict[str, Any] | None = None) -> str:
     dry_run = None if spec is None else dry_run_install(spec)
     if spec is None or dry_run is None:
         return "\n".join(lines) + "\n"
-    pins, env = f"{SHARED_DEPS}/shared.txt", f"{SHARED_DEPS}/env.json"
+    installed, ours = "/tmp/pinpoint-deps-installed.json", "/tmp/pinpoint-deps-reference.txt"
     lines += [
         "export PIP_NO_CACHE_DIR=1",
         # the project's own version: the offline checkout has no tags, and no dependency depends on it
@@ -135,21 +139,32 @@ def reference_script(spec: dict[str, Any] | None = None) -> str:
         "export PIP_CONFIG_SETTINGS=editable_mode=compat",
         f"mkdir -p {SHARED_DEPS}",
         _heredoc(DEPS_TOOL, _DEPS_BOX.read_text()),
-        f"python {DEPS_TOOL} snapshot {env}",
+        # an env that installed shared pins recorded itself as the spec made it (env_script)
+        f"[ -e {ENV_SNAPSHOT} ] || python {DEPS_TOOL} snapshot {ENV_SNAPSHOT}",
+        f"python {DEPS_TOOL} snapshot {installed}",
         "if ! (", *_dry_run_steps(dry_run, spec.get("pre_install", [])), "); then",
         f"  echo '{{\"install\": []}}' > {DEPS_REPORT}; echo 'pinpoint: the dry run failed: no dependency shared'",
         "fi",
         f"cd {TESTBED}",
-        f"python {DEPS_TOOL} shared {DEPS_REPORT} {env} {pins}",
+        f"python {DEPS_TOOL} shared {DEPS_REPORT} {installed} {ours}",
         f"touch {LAYER_MARK}",
-        f"if [ -s {pins} ]; then python -m pip install --no-deps -r {pins}; fi",
-        f"python {DEPS_TOOL} unrequest {pins}",
-        *DROP_BYTECODE,
+        *_install_pins(ours),
         *apt_cache_cut(spec),
-        f"rm -rf {DEPS_TOOL} {DEPS_REPORT} {DEPS_SCRATCH}",
-        f"cat {pins}",
+        f"rm -rf {DEPS_TOOL} {DEPS_REPORT} {DEPS_SCRATCH} {installed} {ours}",
+        f"cat {SHARED_PINS}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _install_pins(pins: str) -> list[str]:
+    """Install `pins` (exact, no resolution of their own), unrequested and without bytecode as a fresh install's
+    dependencies end up in an instance layer, and add them to the list the instance step reads."""
+    return [
+        f"if [ -s {pins} ]; then python -m pip install --no-deps -r {pins}; fi",
+        f"python {DEPS_TOOL} unrequest {pins}",
+        f"cat {pins} >> {SHARED_PINS}",
+        *DROP_BYTECODE,
+    ]
 
 
 def instance_deps_steps(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -160,8 +175,7 @@ def instance_deps_steps(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
     dry_run = dry_run_install(spec)
     if dry_run is None:
         return [], []
-    pins, env, hidden, drop = (f"{SHARED_DEPS}/shared.txt", f"{SHARED_DEPS}/env.json", "/tmp/pinpoint-deps-hidden",
-                               "/tmp/pinpoint-deps-drop.txt")
+    pins, env, hidden, drop = SHARED_PINS, ENV_SNAPSHOT, "/tmp/pinpoint-deps-hidden", "/tmp/pinpoint-deps-drop.txt"
     before = [
         _heredoc(DEPS_TOOL, _DEPS_BOX.read_text()),
         f"if [ -s {pins} ]; then",
@@ -184,9 +198,11 @@ def _heredoc(path: str, body: str) -> str:
     return f"cat <<'{HEREDOC}' > {path}\n{body}\n{HEREDOC}"
 
 
-def env_script(inputs: EnvInputs) -> str:
+def env_script(inputs: EnvInputs, shared_pins: tuple[str, ...] = ()) -> str:
     """Build the env layer: the spec's packages in the base Python (official make_env_script_list_py, pip for
-    conda); `python` names that interpreter, as in a conda env."""
+    conda); `python` names that interpreter, as in a conda env. Then `shared_pins` (swebench_eval.shared_pins), the
+    install's dependencies that all of the repository's rows resolve alike, with the bookkeeping of
+    `reference_script`: stored here once instead of in every reference layer."""
     lines = [
         "#!/bin/bash",
         "set -euxo pipefail",
@@ -211,6 +227,12 @@ def env_script(inputs: EnvInputs) -> str:
                   '  python -m pip install --only-binary :all: -c /tmp/constraints.txt "$pkg"'
                   ' || echo "pinpoint: skipped $pkg (no wheel agreeing with the pins)"',
                   "done", "rm /tmp/constraints.txt"]
+    if shared_pins:
+        wanted = "/tmp/pinpoint-env-pins.txt"
+        lines += [f"mkdir -p {SHARED_DEPS}", _heredoc(DEPS_TOOL, _DEPS_BOX.read_text()),
+                  f"python {DEPS_TOOL} snapshot {ENV_SNAPSHOT}", _heredoc(wanted, "\n".join(shared_pins)),
+                  f"python {DEPS_TOOL} absent {wanted} {ENV_SNAPSHOT} {wanted}.absent",
+                  f"touch {LAYER_MARK}", *_install_pins(f"{wanted}.absent"), f"rm -f {DEPS_TOOL} {wanted}*"]
     lines.append("python -m pip list")
     return "\n".join(lines) + "\n"
 

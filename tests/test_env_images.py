@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pinpoint.environments import images
 from pinpoint.environments.images import (
     DEFAULT_MIRROR,
     UnsupportedPythonVersion,
     apt_mirror,
+    base_tag,
     ensure_base_image,
     nearest_suite_version,
     split_tag,
@@ -51,3 +53,13 @@ def test_split_tag():
     assert split_tag("pinpoint/base:py3.11") == ("pinpoint/base", "py3.11")
     assert split_tag("localhost:5000/img") == ("localhost:5000/img", "latest")
     assert split_tag("img") == ("img", "latest")
+
+
+@pytest.mark.parametrize("packages", ["DEBOOTSTRAP_PACKAGES", "SLIM_PACKAGES"])
+def test_a_changed_package_list_names_a_new_base_image(monkeypatch, packages):
+    """A machine that built its base before a package joined the list (GNU patch) must not keep using it."""
+    before = base_tag("3.11")
+    assert before.startswith("pinpoint/base:py3.11-")
+    monkeypatch.setattr(images, packages, getattr(images, packages).replace("patch", "patch,quilt"))
+    assert base_tag("3.11") != before
+    assert base_tag("3.9") != base_tag("3.11")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from pinpoint.swebench_eval import deps_box
-from pinpoint.swebench_eval.scripts import dry_run_install, reference_script
+from pinpoint.swebench_eval.scripts import SHARED_DEPS, dry_run_install, env_script, reference_script
+from pinpoint.swebench_eval.shared_pins import SHARED_PINS, env_pins
+from pinpoint.swebench_eval.specs import EnvInputs
 
 BOX = Path(deps_box.__file__)
 
@@ -86,6 +88,36 @@ def test_the_instance_drops_what_a_fresh_resolution_picks_otherwise_and_checks_t
     _dist(site, "Sphinx", "4.1")
     passed = _box(site, "check", str(env), str(fresh))
     assert passed.returncode == 0, passed.stderr
+
+
+def test_the_env_installs_only_the_shared_pins_it_lacks(tmp_path):
+    site = tmp_path / "site"
+    _dist(site, "Jinja2", "3.0.3")
+    _dist(site, "Pygments", "2.17.2")  # the spec's own packages brought another version: the env keeps it
+    env = tmp_path / "env.json"
+    assert _box(site, "snapshot", str(env)).returncode == 0
+    wanted = tmp_path / "pins.txt"
+    wanted.write_text("Babel==2.15.0\npygments==2.18.0\nCython==3.0.10\n")
+    assert _box(site, "absent", str(wanted), str(env), str(tmp_path / "absent.txt")).returncode == 0
+    assert (tmp_path / "absent.txt").read_text() == "Babel==2.15.0\nCython==3.0.10\n"
+
+
+SPHINX = {"install": "python -m pip install -e .[test]", "pre_install": ["sed -i 's/pytest/pytest -rA/' tox.ini"]}
+
+
+def test_the_layering_puts_a_repositorys_shared_pins_in_its_env_layer():
+    """Stored once per env, not once per reference: the env step installs and records them (the reference step
+    finds them installed and adds only what its own resolution lacks), and only for a plain pip install."""
+    inputs = EnvInputs(python="3.9", packages="", packages_kind="none", pip_packages=("tox==4.16.0",))
+    pins = env_pins("sphinx-doc/sphinx", SPHINX)
+    assert pins == SHARED_PINS["sphinx-doc/sphinx"] and "Babel==2.15.0" in pins
+    env = env_script(inputs, pins)
+    assert "Babel==2.15.0" in env and f"{SHARED_DEPS}/shared.txt" in env and "install --no-deps" in env
+    reference = reference_script(SPHINX)
+    assert "Babel" not in reference and "snapshot /tmp/pinpoint-deps-installed.json" in reference
+    assert SHARED_DEPS not in env_script(inputs)  # the plain env of the comparison layering
+    assert env_pins("sphinx-doc/sphinx", {"install": "python setup.py develop"}) == ()
+    assert env_pins("sympy/sympy", {"install": "python -m pip install -e ."}) == ()
 
 
 def test_only_a_plain_pip_install_is_dry_run():
