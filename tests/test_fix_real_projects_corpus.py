@@ -13,11 +13,12 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fake_llm_server import FakeScriptedLLMServer, tool_call
+from fake_llm_server import FakeScriptedLLMServer, delay, tool_call
 from pinpoint.environments.project_deps import ProjectFiles, find_test_deps
 from pinpoint.environments.repo_image import install_script
 from test_fix_real_projects import repo_images
@@ -169,24 +170,35 @@ def team_venv(repo: Path, venv: Path, project: Project) -> Path:
     return venv / "bin" / "python"
 
 
+def _env(repo: Path) -> dict[str, str]:
+    """A team's shell: none of this suite's settings (conftest turns pytest's plugin autoload off, and the
+    projects' suites need their plugins: pytest-mock, pytest-benchmark)."""
+    unset = ("PINPOINT_RUNS", "OPENAI_BASE_URL", "PYTHONPATH", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    return {**env, "XDG_DATA_HOME": str(repo.parent / "data")}
+
+
+def _script(project: Project) -> list:
+    fix = {"command": "str_replace", "path": project.path, "old_str": project.bad.strip("\n"),
+           "new_str": project.good.strip("\n")}
+    return [tool_call("str_replace_editor", fix), tool_call("submit", {})]
+
+
+def _argv(fake: FakeScriptedLLMServer, project: Project, *args: str, py: str, target: str = ".",
+          issue: str = "../issue.md") -> list[str]:
+    return [PINPOINT, "fix", target, "--issue", issue, "--base-url", fake.base_url, *QUICK,
+            "--test-cmd", project.tests.format(py=py), *args]
+
+
 def _fix(repo: Path, project: Project, *args: str, local: bool, py: str, on_path: bool = False
          ) -> subprocess.CompletedProcess:
     """`pinpoint fix . --issue ../issue.md` from inside the repository, or `pinpoint fix <repo> --issue issue.md`
     from the folder above it (`on_path`)."""
-    fix = {"command": "str_replace", "path": project.path, "old_str": project.bad.strip("\n"),
-           "new_str": project.good.strip("\n")}
-    # a team's shell: none of this suite's settings (conftest turns pytest's plugin autoload off, and the
-    # projects' suites need their plugins: pytest-mock, pytest-benchmark)
-    unset = ("PINPOINT_RUNS", "OPENAI_BASE_URL", "PYTHONPATH", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    env["XDG_DATA_HOME"] = str(repo.parent / "data")
-    with FakeScriptedLLMServer([tool_call("str_replace_editor", fix), tool_call("submit", {})],
-                               default=tool_call("submit", {})) as fake:
-        where = ([repo.name, "--issue", "issue.md"] if on_path else [".", "--issue", "../issue.md"])
-        argv = [PINPOINT, "fix", *where, "--base-url", fake.base_url, *QUICK,
-                "--test-cmd", project.tests.format(py=py), *(["--local"] if local else []), *args]
-        return subprocess.run(argv, cwd=repo.parent if on_path else repo, env=env, capture_output=True, text=True,
-                              timeout=1200)
+    where = {"target": repo.name, "issue": "issue.md"} if on_path else {}
+    with FakeScriptedLLMServer(_script(project), default=tool_call("submit", {})) as fake:
+        argv = _argv(fake, project, *(["--local"] if local else []), *args, py=py, **where)
+        return subprocess.run(argv, cwd=repo.parent if on_path else repo, env=_env(repo), capture_output=True,
+                              text=True, timeout=1200)
 
 
 def _verdict(proc: subprocess.CompletedProcess) -> str:
@@ -229,3 +241,47 @@ def test_fix_in_a_container_repairs_a_real_project(project, sdists, tmp_path):
     assert_fixed(proc, project)
     assert f"pinpoint/repo:{project.name}-" in proc.stderr
     assert project.declares in proc.stderr.split("test dependencies: ", 1)[1].splitlines()[0]
+
+
+def test_a_dirty_tree_a_second_run_and_a_kill_leave_a_real_project_as_it_was(sdists, tmp_path):
+    """On a real project with uncommitted work: a second identical `fix --allow-dirty` is refused while the
+    first holds the run, `kill -9` of the first leaves no clone behind once the rerun starts, and the rerun
+    resumes and fixes it; the team's checkout (its uncommitted change included) is exactly as before."""
+    project = next(p for p in PROJECTS if p.name == "six")
+    repo = team_repository(project, tmp_path / "work", sdists)
+    python = team_venv(repo, tmp_path / "venv", project)
+    with (repo / "README.rst").open("a") as readme:
+        readme.write("\nWork in progress, not committed.\n")
+    before = _checkout_state(repo)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**_env(repo), "TMPDIR": str(temp)}
+    with FakeScriptedLLMServer([delay(120), *_script(project)], default=tool_call("submit", {})) as fake:
+        argv = _argv(fake, project, "--local", "--allow-dirty", py=str(python))
+        first = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not fake.chat_requests and first.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert fake.chat_requests, first.communicate()[1] if first.poll() is not None else "no model call"
+            second = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+            assert len(fake.chat_requests) == 1  # the second run asked the model nothing
+        finally:
+            first.kill()  # SIGKILL: no cleanup of its own runs
+            first.communicate()
+        assert second.returncode == 2 and "another pinpoint process is running this run" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert [p.name for p in temp.glob("pinpoint-*")]  # what the killed run left
+        rerun = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert "resumed" in rerun.stderr, rerun.stderr[-3000:]
+    assert_fixed(rerun, project)
+    assert not list(temp.glob("pinpoint-*"))  # the killed run's folders went when the rerun started
+    assert _checkout_state(repo) == before
+
+
+def _checkout_state(repo: Path) -> tuple[str, str, bytes]:
+    """HEAD, `git status` (ignored files too) and the uncommitted diff of the team's checkout."""
+    git = ["git", "-C", str(repo)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    status = subprocess.run([*git, "status", "--porcelain", "--ignored"], capture_output=True, text=True).stdout
+    return head, status, subprocess.run([*git, "diff", "HEAD"], capture_output=True).stdout
