@@ -145,6 +145,70 @@ def test_a_published_row_grades_as_the_official_harness_graded_it(instance_id, t
         assert report["pinpoint"]["tampering"]["conflicting"] == ["test_MatrixSymbol_printing"]
 
 
+# -- tests that need two CPUs: the official box counted one ---------------------------------------------------------
+
+PYLINT = "pylint-dev__pylint-7277"  # its patch is the gold fix; officially test_jobs_score failed
+JOBS_SCORE = "tests/test_self.py::TestRunTC::test_jobs_score"  # marked needs_two_cores: skipped on one CPU
+
+
+def _graded_earlier(root: Path, run_id: str, instance_id: str, jobs_score: str) -> None:
+    """What a grading of the published patch left in `run_id`: its patch and a report where every required test
+    has its official status but test_jobs_score has `jobs_score`."""
+    run = load_published(RUN)
+    official = json.loads(json.dumps(run.official[instance_id]))
+    p2p = official["tests_status"]["PASS_TO_PASS"]
+    p2p["success"] = [t for t in p2p["success"] + p2p["failure"] if t != JOBS_SCORE]
+    p2p["failure"] = []
+    p2p["success" if jobs_score == "success" else "failure"].append(JOBS_SCORE)
+    official["resolved"] = jobs_score == "success"
+    folder = root / run_id / run.predictions[instance_id].model_name_or_path / "eval" / instance_id
+    folder.mkdir(parents=True)
+    (folder / "patch.diff").write_text(run.predictions[instance_id].model_patch)
+    outcome = "resolved" if official["resolved"] else "unresolved"
+    write_report(InstanceReport(instance_id, outcome, report={instance_id: official}), folder)
+
+
+@pytest.mark.parametrize("one_cpu_status", ["failure", "success"])
+def test_a_test_the_one_cpu_grading_fails_as_officially_is_cpu_bound_and_only_then(tmp_path, one_cpu_status):
+    """pinpoint's box (the spec's two CPUs) passes test_jobs_score; the row graded again in a one-CPU box (both
+    gradings left from earlier invocations, so reused) fails it as the official harness did: cpu-bound, exit 0.
+    Had the one-CPU grading passed it too, the row would be a disagreement."""
+    name = f"published-{RUN.name}"
+    _graded_earlier(tmp_path, name, PYLINT, "success")
+    _graded_earlier(tmp_path, f"{name}-one-cpu", PYLINT, one_cpu_status)
+    result = _cli("bench", "published", str(RUN), "-i", PYLINT, "--output", str(tmp_path), "--json")
+    (row,) = json.loads(result.stdout)["rows"]
+    if one_cpu_status == "failure":
+        assert result.returncode == 0 and row["cpu_bound"] and not row["differ"], row
+        assert row["cpu"] == {JOBS_SCORE: "official failure, pinpoint success"}
+    else:
+        assert result.returncode == 1 and not row["cpu_bound"] and list(row["differ"]) == [JOBS_SCORE], row
+
+
+def test_only_a_spec_that_declares_cpus_is_graded_again():
+    from pinpoint.swebench_eval.published_bench import declares_cpus
+
+    assert declares_cpus(load_instances(ids=[PYLINT])[0])
+    assert not declares_cpus(load_instances(ids=[FLASK])[0])
+
+
+@pytest.mark.docker
+def test_pylint_counts_two_cpus_in_pinpoints_box_and_one_in_a_box_without_the_quota():
+    """What makes test_jobs_score skip officially: the harness never applies the spec's quota, and in a box with
+    Docker's default CPU settings (cgroup v1: cpu.shares 1024) pylint counts one CPU; pinpoint's box has two."""
+    from pinpoint.environments.runtime import RuntimeSettings
+    from pinpoint.swebench_eval.images import build_instance_image
+    from pinpoint.swebench_eval.runtime import instance_runtime
+
+    instance = load_instances(ids=[PYLINT])[0]
+    tag = build_instance_image(instance).tag
+    count = "python -c 'from pylint.lint.run import _cpu_count; print(_cpu_count())'"
+    with instance_runtime(instance, tag) as box:
+        assert box.run(count).output.strip() == "2"
+    with instance_runtime(instance, tag, RuntimeSettings(cpus=1.0)) as box:
+        assert box.run(count).output.strip() == "1"
+
+
 def _eval_dir(root: Path, instance_id: str) -> Path:
     (folder,) = root.glob(f"published-*/*/eval/{instance_id}")
     return folder
