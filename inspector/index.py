@@ -97,7 +97,10 @@ def _row_of(found: Found, path: Path) -> dict | None:
     located = layout_of(path)
     layout = located[0] if located else None
     edited = data.get("edited_lines") or {}
-    row = {"key": key_of(found, path), "instance_id": task.get("instance_id", path.parent.name),
+    instance = task.get("instance_id", path.parent.name)
+    # the run folder's name: an instance's in a benchmark run, and for `fix` the issue's plus the run key's hash
+    # that tells two runs of one issue apart
+    row = {"key": key_of(found, path), "name": located[1] if located else instance, "instance_id": instance,
            "repo": task.get("repo") or "", "run": layout.run_id if layout else "", "model": data.get("model", ""),
            "status": data.get("status") or "running", "steps": data.get("steps"),
            "edited_lines": edited.get("total") if isinstance(edited, dict) else edited,
@@ -114,7 +117,7 @@ def _untraced_row(run: str, model: str, instance: str, pred: dict, report: Path 
     """A graded or predicted instance with no trajectory here (`pinpoint eval` on predictions made elsewhere)."""
     edit = pred.get("edit") or {}
     status = pred.get("status") or ("graded" if report else "?")
-    row = {"key": f"{run}/{model}/{instance}", "instance_id": instance, "run": run, "model": model,
+    row = {"key": f"{run}/{model}/{instance}", "name": instance, "instance_id": instance, "run": run, "model": model,
            "repo": instance.rsplit("-", 1)[0].replace("__", "/"), "status": status,
            "resolved": pred.get("resolved"), "outcome": pred.get("outcome"), "graded": "resolved" in pred,
            "edited_lines": pred.get("edited_lines"), "f1": edit.get("f1"), "trajectory": False}
@@ -221,20 +224,22 @@ def _episode(found: Found, key: str) -> dict | None:
 def detail(found: Found, key: str) -> dict | None:
     """The full view behind one row: a trajectory's (with its report), or an RL episode's; None if no such row.
     A trajectory's view is cached until it or its report changes."""
+    from pinpoint.agent.fix import FINAL_TESTS
+
     if key.startswith("rl:"):
         return _episode(found, key)
     path = _trajectory_by_key(found, key)
     if path is None:
         return None
     report = report_path(path)
-    version = (stamp(path), stamp(report) if report else None)
+    version = (stamp(path), stamp(report) if report else None, stamp(path.parent / FINAL_TESTS))
     cached = _VIEWS.get(key)
     if cached and cached[0] == version:
         return cached[1]
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
-    view = trajectory_view(data, report_for(path))
+    view = trajectory_view(data, report_for(path), final_tests=read_json(path.parent / FINAL_TESTS))
     _VIEWS.pop(key, None)
     _VIEWS[key] = (version, view)
     while len(_VIEWS) > MAX_VIEWS:

@@ -80,13 +80,15 @@ async function render() {
   else view = batchPage();
   if (seq !== renderSeq) return;
   app.replaceChildren(view);
+  const focus = document.querySelector("#files tr.focus");
+  if (focus) focus.scrollIntoView({block: "center"}); // the Localization tab opens on its top suspect
   window.__pinpointRendered = performance.now();
   document.body.dataset.ready = String(seq);
 }
 window.addEventListener("hashchange", render);
 
 // -- batch -----------------------------------------------------------------------------------------------------------
-const BATCH_COLS = [["instance_id", "instance"], ["run", "run"], ["model", "model"], ["status", "status"], ["resolved", "resolved"],
+const BATCH_COLS = [["name", "name"], ["run", "run"], ["model", "model"], ["status", "status"], ["resolved", "resolved"],
   ["infra", "infra failure"], ["edited_lines", "edited lines"], ["f1", "F1"], ["cost_usd", "cost $"], ["elapsed_s", "wall s"],
   ["steps", "steps"], ["tokens", "tokens"], ["hit_line", "gold line rank"], ["candidates", "candidates"]];
 const RL_COLS = [["task_id", "task"], ["sample", "sample"], ["status", "status"], ["reward", "reward"], ["reward_kind", "reward kind"],
@@ -102,6 +104,7 @@ function sortableTable(id, rows, cols, link) {
   const cell = (row, k) => {
     const v = row[k];
     if (k === cols[0][0] && link(row)) return h("td", {}, h("a", {href: link(row)}, fmt(v)));
+    if (k === "cost_usd" && row.trajectory && typeof v !== "number") return h("td", {class: "muted"}, "unknown");
     if (k === "resolved" || k === "infra") return h("td", {class: v === true ? (k === "resolved" ? "pass" : "fail") : v === false ? "" : "muted"}, v === true ? "yes" : v === false ? "no" : "–");
     return h("td", {class: typeof v === "number" ? "num" : ""}, fmt(v, k === "cost_usd" ? 4 : 2));
   };
@@ -165,6 +168,11 @@ function curvePlot(title, ks, series, id, note) { // series: {name: [fractions p
   return h("div", {class: "plot", "data-plot": id}, h("h4", {}, title), s, note ? h("div", {class: "muted"}, note) : null);
 }
 
+function costSum(rows) { // a model with no price has an unknown cost, never $0
+  const known = rows.filter((r) => typeof r.cost_usd === "number"), unknown = rows.filter((r) => r.trajectory && typeof r.cost_usd !== "number");
+  if (!known.length) return "unknown";
+  return "$" + known.reduce((a, r) => a + r.cost_usd, 0).toFixed(4) + (unknown.length ? ` (+ ${unknown.length} unknown)` : "");
+}
 function batchPage() {
   const rows = DATA.rows || [], p = DATA.plots || {}, out = h("div", {id: "batch"});
   document.getElementById("crumbs").replaceChildren("runs");
@@ -175,7 +183,7 @@ function batchPage() {
     out.append(h("h2", {}, "Batch"), h("div", {class: "cards"}, card("instances", rows.length, "n-instances"), card("graded", graded.length),
       card("resolved", graded.length ? `${resolved} (${(100 * resolved / graded.length).toFixed(0)}%)` : "–", "n-resolved"),
       card("mean edit F1", f1s.length ? (f1s.reduce((a, b) => a + b, 0) / f1s.length).toFixed(2) : "–"),
-      card("cost", "$" + rows.reduce((a, r) => a + (r.cost_usd || 0), 0).toFixed(4)),
+      card("cost", costSum(rows), "n-cost"),
       card("wall", secs(rows.reduce((a, r) => a + (r.elapsed_s || 0), 0)))));
     out.append(h("div", {class: "plots"},
       barPlot("resolve rate per repository", (p.resolve || []).map((d) => ({label: d.repo, value: d.resolved / d.graded, note: `${d.resolved}/${d.graded}`})), {max: 1, id: "resolve", empty: "nothing graded yet"}),
@@ -225,8 +233,7 @@ function glance(t, key) { // the three answers a reader comes for, each linking 
   const L = t.localization, v = t.verdict, top = L.ranking[0], cands = t.search.flatMap((g) => g.nodes);
   const kept = cands.filter((c) => c.chosen), at = (pl) => pl ? `${pl[0]}:${pl[1]}${pl[2] > pl[1] ? "-" + pl[2] : ""}` : "–";
   const loc = L.gold_known ? (L.gold_rank ? `gold line ranks #${L.gold_rank} (${at(L.ranking[L.gold_rank - 1])})` : "no gold line among the suspects") : `top suspect ${at(top)} (gold unknown)`;
-  const final = v.final_run === null || v.final_run === undefined ? null : v.test_runs[v.final_run];
-  const verdict = v.report ? (v.resolved ? "resolved" : (v.outcome || "unresolved")) : final ? `tests on the final patch ${final.ok ? "PASS" : "FAIL"} (${fmt(final.passed)} passed, ${fmt(final.failed)} failed)` : "not graded";
+  const verdict = v.report ? (v.resolved ? "resolved" : (v.outcome || "unresolved")) : v.final_tests || v.fix ? `tests on the final patch ${finalTests(v, t.header)}` : "not graded";
   return h("p", {id: "glance"}, h("a", {href: tHref(key, "localization")}, "localization"), `: ${loc} · `,
     h("a", {href: tHref(key, "search")}, "search"), `: ${cands.length} candidate(s), ${kept.length ? "kept " + kept.map((c) => c.id).join(" → ") : "none kept"} · `,
     h("a", {href: tHref(key, "verdict")}, "verdict"), `: ${verdict}, ${fmt((v.edited_lines || {}).total)} edited line(s)`);
@@ -344,9 +351,15 @@ function localizationView(t) {
       L.rounds > 1 ? h("span", {class: "muted"}, ` · last of ${L.rounds} localization rounds`) : null].filter(Boolean));
     const order = [...L.files].sort((a, b) => (scored.fileRank[a.path] ?? 1e9) - (scored.fileRank[b.path] ?? 1e9));
     box.replaceChildren(...order.filter((f) => scored.fileRank[f.path] !== undefined || f.gold.length).map((f) => fileView(f, scored)));
+    focusRow(box, scored.ranking)?.classList.add("focus");
   }
   draw();
   return h("div", {}, h("div", {class: "signals", id: "signals"}, h("b", {}, "signals"), toggles, mode), summary, box, executionTables(L), suspectTables(L));
+}
+function focusRow(box, ranking) { // the best-ranked suspect whose first line is drawn, else the patch's first changed line
+  const row = (path, n) => box.querySelector(`section.file[data-path="${CSS.escape(path)}"] tr.line[data-line="${n}"]`);
+  for (const [p, a] of ranking) { const r = row(p, a); if (r) return r; }
+  return box.querySelector("tr.line.patched");
 }
 function fusedScores(L) { // line -> {score, rank, evidence}: the recorded fused list
   const lines = {}, fileRank = {};
@@ -461,23 +474,28 @@ function candidate(c) {
 }
 
 // -- verdict ---------------------------------------------------------------------------------------------------------
-function verdictView(t) {
+function finalTests(v, header) { // what the tests said on the final patch, or why they did not run
+  const f = v.final_tests;
+  if (f) return `${f.ok ? "PASS" : "FAIL"} (${fmt(f.passed)} passed, ${fmt(f.failed)} failed)`;
+  return v.test_command ? `not run (the run ended ${header.status || "early"})` : "not run (no --test-cmd)";
+}
+function verdictView(t) { // a `fix` run has no reference and no grading: its tests on the final patch judge it
   const v = t.verdict, e = v.edit || {}, el = v.edited_lines || {};
-  const final = v.final_run === null || v.final_run === undefined ? null : v.test_runs[v.final_run];
-  const out = h("div", {}, h("div", {class: "cards"},
-    card("verdict", v.report ? (v.resolved ? "resolved" : (v.outcome || "unresolved")) : "not graded", "v-outcome"),
-    final ? card("tests on the final patch", `${final.ok ? "PASS" : "FAIL"} (${fmt(final.passed)} passed, ${fmt(final.failed)} failed)`, "v-tests") : null,
-    card("edited lines", `${fmt(el.total)} (+${fmt(el.added)} −${fmt(el.removed)}, ${fmt(el.files)} file(s))`, "v-edited"),
-    card("edit precision", fmt(e.precision), "v-precision"), card("edit recall", fmt(e.recall), "v-recall"), card("edit F1", fmt(e.f1), "v-f1"),
-    card("needed / gold lines", e.gold_lines !== undefined ? `${e.needed_lines} / ${e.gold_lines}` : "–")),
-    v.edit_origin ? h("p", {class: "muted"}, `edit metrics: ${v.edit_origin}`) : h("p", {class: "muted"}, "no reference patch known: no edit precision/recall"),
+  const graded = v.fix ? [] : [card("verdict", v.report ? (v.resolved ? "resolved" : (v.outcome || "unresolved")) : "not graded", "v-outcome")];
+  const edit = v.fix ? [] : [card("edit precision", fmt(e.precision), "v-precision"), card("edit recall", fmt(e.recall), "v-recall"), card("edit F1", fmt(e.f1), "v-f1"),
+    card("needed / gold lines", e.gold_lines !== undefined ? `${e.needed_lines} / ${e.gold_lines}` : "–")];
+  const out = h("div", {}, h("div", {class: "cards"}, graded,
+    v.final_tests || v.fix ? card("tests on the final patch", finalTests(v, t.header), "v-tests") : null,
+    card("edited lines", `${fmt(el.total)} (+${fmt(el.added)} −${fmt(el.removed)}, ${fmt(el.files)} file(s))`, "v-edited"), edit),
+    v.final_tests ? h("p", {class: "muted", id: "v-tests-source"}, `tests on the final patch: ${v.final_tests.source}`) : null,
+    v.fix ? null : v.edit_origin ? h("p", {class: "muted"}, `edit metrics: ${v.edit_origin}`) : h("p", {class: "muted"}, "no reference patch known: no edit precision/recall"),
     v.detail ? h("p", {class: "muted"}, v.detail) : null,
     h("h3", {}, "Final patch"), h("div", {id: "final-patch"}, diffView(v.patch)),
     v.gold_patch ? h("details", {}, h("summary", {}, "reference patch"), diffView(v.gold_patch)) : null);
   if (v.tests.length) {
     out.append(h("h3", {}, "report.json per test"), h("table", {class: "grid", id: "report-tests"}, h("thead", {}, h("tr", {}, ["test", "set", "before (base commit)", "after (patched)"].map((c) => h("th", {}, c)))),
       h("tbody", {}, v.tests.map((r) => h("tr", {}, h("td", {class: "code"}, r.test), h("td", {}, r.group), h("td", {class: r.before}, r.before), h("td", {class: r.after}, r.after))))));
-  } else out.append(h("p", {class: "muted", id: "report-tests"}, v.report ? "report.json lists no tests" : "no report.json for this instance (run with --evaluate or `pinpoint eval`)"));
+  } else if (!v.fix) out.append(h("p", {class: "muted", id: "report-tests"}, v.report ? "report.json lists no tests" : "no report.json for this instance (run with --evaluate or `pinpoint eval`)"));
   if (v.test_runs.length) {
     out.append(h("h3", {}, "The agent's test runs"), h("table", {class: "grid", id: "test-runs"}, h("thead", {}, h("tr", {}, ["#", "source", "command", "exit", "passed", "failed", "failing tests", "patch lines"].map((c) => h("th", {}, c)))),
       h("tbody", {}, v.test_runs.map((r, i) => h("tr", {class: i === v.final_run ? "final" : "", title: i === v.final_run ? "the last run on the final patch" : null}, h("td", {}, i + 1), h("td", {}, r.source || ""), h("td", {class: "code"}, r.command || ""), h("td", {class: "num"}, fmt(r.exit_code)),

@@ -209,9 +209,21 @@ def _report_tests(entry: dict) -> list[dict]:
     return rows
 
 
-def verdict_view(data: dict, report: dict | None, context: CodeContext) -> dict:
+def _final_tests(records: list[dict], on_final: list[int], recorded: dict | None) -> dict | None:
+    """The tests' outcome on the final patch: `fix`'s own run of the test command after the agent (recorded beside
+    the trajectory), else the agent's last run on that patch; None when neither ran."""
+    if isinstance(recorded, dict) and {"ok", "passed", "failed"} <= set(recorded):
+        return {k: recorded[k] for k in ("ok", "passed", "failed")} | {"source": "the test command, after the run"}
+    if not on_final:
+        return None
+    last = records[on_final[-1]]
+    return {k: last.get(k) for k in ("ok", "passed", "failed")} | {"source": "the agent's last run on it"}
+
+
+def verdict_view(data: dict, report: dict | None, context: CodeContext, final_tests: dict | None = None) -> dict:
     """The final diff, its size, edit precision/recall/F1 (the report's, else computed here against the reference),
-    the report's tests, the agent's own test runs."""
+    the report's tests, the agent's own test runs and the tests on the final patch. A `fix` run (it carries its
+    run key) has no reference and is never graded: what judges it is its own test command."""
     from pinpoint.swebench_eval.metrics import edit_metrics
 
     patch = data.get("final_patch") or data.get("patch") or ""
@@ -233,7 +245,9 @@ def verdict_view(data: dict, report: dict | None, context: CodeContext) -> dict:
             "final_run": on_final[-1] if on_final else None,
             "edit_origin": edit_origin if edit else "", "report": bool(entry), "resolved": entry.get("resolved"),
             "outcome": meta.get("outcome"), "detail": meta.get("detail"), "tests": _report_tests(entry),
-            "test_runs": runs, "gold_patch": context.gold_patch}
+            "test_runs": runs, "gold_patch": context.gold_patch, "fix": bool(data.get("run_key")),
+            "test_command": (data.get("task") or {}).get("test_command"),
+            "final_tests": _final_tests(records, on_final, final_tests)}
 
 
 def header_of(data: dict) -> dict:
@@ -247,7 +261,7 @@ def header_of(data: dict) -> dict:
 
 
 def trajectory_view(data: dict, report: dict | None = None, dataset: str | None = None,
-                    with_code: bool = True) -> dict:
+                    with_code: bool = True, final_tests: dict | None = None) -> dict:
     """Everything the page draws for one trajectory (`with_code=False`: no source lookups, as for a quick index)."""
     fused_paths = [str(s.get("path")) for s in data.get("suspects") or []]
     patched = list(patched_lines(data))
@@ -257,4 +271,4 @@ def trajectory_view(data: dict, report: dict | None = None, dataset: str | None 
     events = data.get("events") or []
     return {"header": header_of(data), "events": events, "steps": steps_of(events),
             "messages": data.get("messages") or [], "localization": localization_view(data, context),
-            "search": search_view(data), "verdict": verdict_view(data, report, context)}
+            "search": search_view(data), "verdict": verdict_view(data, report, context, final_tests)}

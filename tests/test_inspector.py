@@ -65,6 +65,51 @@ def fix_run(tmp_path_factory) -> tuple[Path, Path, dict]:
     return repo, trajectory.parent, json.loads(trajectory.read_text())
 
 
+#: helpers the issue names, each at its line of the long calc/stats.py; the buggy `mean` comes last, at line 2184
+HELPERS = {"total": 408, "count": 808, "spread": 1208, "middle": 1608}
+
+
+def _long_stats() -> str:
+    """calc/stats.py grown to 2,185 lines, as a team's module is: the helpers at HELPERS' lines, then `mean`."""
+    def pad(lo: int, hi: int) -> str:
+        return "".join(f"def scale_{i:04d}(values):\n    return [v * {i} for v in values]\n\n\n" for i in range(lo, hi))
+
+    bodies = {"total": "sum(values)", "count": "len(values)", "spread": "max(values) - min(values)",
+              "middle": "sorted(values)[len(values) // 2]"}
+    text, done = '"""Summary statistics."""\n\n\n', 0
+    for name, at in HELPERS.items():
+        upto = done + (at - 4 - done * 4 - 4 * list(HELPERS).index(name)) // 4
+        text += pad(done, upto) + f"def {name}(values):\n    return {bodies[name]}\n\n\n"
+        done = upto
+    return text + pad(done, 545 - len(HELPERS)) + "def mean(values):\n    return total(values) / (len(values) + 1)\n"
+
+
+@pytest.fixture(scope="module")
+def two_fix_runs(tmp_path_factory) -> Path:
+    """`pinpoint fix` twice on one issue of a team's repository whose buggy function sits deep in a long module
+    (the issue names four helpers too, so suspects lie far apart), the second run with another step budget: two run
+    folders of one issue under one results root; the model is the FAKE scripted server. Returns that root."""
+    from fake_llm_server import FakeScriptedLLMServer
+    from test_fix_own_repo import FAST, MODULES, PYTEST, _git, _script
+
+    root = tmp_path_factory.mktemp("two-fix-runs")
+    repo = root / "team-app"
+    for name, text in {**MODULES, "calc/stats.py": _long_stats()}.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    _git(root, "init", "-q", str(repo))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "calc")
+    (root / "issue.md").write_text("# mean() is off for every list\n\n`calc.stats.mean([1, 2, 3])` returns 1.5 "
+                                   "instead of 2, though `total`, `count`, `spread` and `middle` are right for it.\n")
+    for budget in ("30", "20"):
+        with FakeScriptedLLMServer(_script()) as fake:
+            assert main(["fix", str(repo), "--issue", str(root / "issue.md"), "--local", "--test-cmd",
+                         f"{PYTEST} -q tests", "--output", str(root / "out"), "--set", "search.policy=none",
+                         "--set", f"budget.max_steps={budget}", "--base-url", fake.base_url, *FAST]) == 0
+    return root / "out"
+
+
 def click_tab(page, view: str) -> None:
     before = page.evaluate("document.body.dataset.ready")
     page.click(f"#tab-{view}")
@@ -349,8 +394,8 @@ def test_a_graded_swebench_run_beside_the_demo_table_plots_verdict_and_gold(demo
     assert page.inner_text("#batch-table-count") == "2 of 2"
     row = page.locator("#batch-table tbody tr", has_text=INSTANCE)
     assert row.locator("td").nth(4).inner_text() == "yes"  # resolved, from report.json
-    page.click('#batch-table th[data-key="instance_id"]')
-    page.click('#batch-table th[data-key="instance_id"]')  # descending
+    page.click('#batch-table th[data-key="name"]')
+    page.click('#batch-table th[data-key="name"]')  # descending
     assert INSTANCE in page.locator("#batch-table tbody tr").first.inner_text()
     assert "1/1" in page.inner_text('[data-plot="resolve"]')
     assert page.locator('[data-plot="hit"] polyline').count() == 2  # line and file Hit@k: both golds known
@@ -524,3 +569,69 @@ def test_a_run_with_the_execution_signals_shows_each_signals_suspects(browser, t
     assert "calc/stats.py:9" in page.inner_text("#exec-fused")  # the planted bug among the fused suspects
     page.locator("#execution-signals").evaluate("e => e.scrollIntoView()")
     screenshot(page, "localization-execution")
+
+
+@pytest.mark.slow
+def test_two_fix_runs_of_one_issue_are_told_apart_and_an_unpriced_model_costs_unknown(two_fix_runs, browser,
+                                                                                      tmp_path):
+    """Each row is named by its run folder (the issue's name and the run key's hash), so the two runs differ and
+    each opens its own; the scripted endpoint has no price, so the cost is unknown, never $0."""
+    folders = sorted(p.parent.name for p in two_fix_runs.glob("fix/*/trajectories/*/trajectory.json"))
+    assert len(folders) == 2
+    out = tmp_path / "runs.html"
+    assert main(["inspect", str(two_fix_runs), "--export", str(out)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, out.as_uri())
+    assert page.inner_text("#batch-table-count") == "2 of 2"
+    names = sorted(page.locator("#batch-table tbody tr td:first-child").all_inner_texts())
+    assert names == folders
+    assert page.inner_text("#n-cost .v") == "unknown"
+    assert "$0" not in page.inner_text("#batch")
+    cost_column = [k for k, _ in page.evaluate("BATCH_COLS")].index("cost_usd")
+    assert page.locator(f"#batch-table tbody td:nth-child({cost_column + 1})").all_inner_texts() == ["unknown"] * 2
+    for name in folders:
+        go(page, out.as_uri() + "#/")
+        before = page.evaluate("document.body.dataset.ready")
+        page.locator("#batch-table tbody a", has_text=name).click()
+        wait_drawn(page, before)
+        assert page.locator("#trajectory").get_attribute("data-key").endswith(name)
+        assert "$0" not in page.inner_text("#trajectory .cards")
+
+
+@pytest.mark.slow
+def test_a_fix_runs_verdict_shows_its_tests_on_the_final_patch_and_no_gold(two_fix_runs, browser, tmp_path):
+    """A `fix` run has no reference patch and no grading: the Verdict tab shows the test command's outcome on the
+    final patch, and neither gold nor F1 fields nor a hint at --evaluate (which `fix` does not have)."""
+    [folder, _] = sorted(p.parent for p in two_fix_runs.glob("fix/*/trajectories/*/trajectory.json"))
+    final = json.loads((folder / "final_tests.json").read_text())
+    assert final == {"ok": True, "passed": 10, "failed": 0}
+    out = tmp_path / "fix.html"
+    assert main(["inspect", str(folder), "--export", str(out)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, out.as_uri())
+    assert "verdict: tests on the final patch PASS (10 passed, 0 failed)" in page.inner_text("#glance")
+    click_tab(page, "verdict")
+    view = page.inner_text("#view-verdict")
+    assert page.inner_text("#v-tests .v") == "PASS (10 passed, 0 failed)"
+    assert "the test command, after the run" in page.inner_text("#v-tests-source")
+    for absent in ("--evaluate", "gold", "F1", "precision", "recall", "reference", "not graded"):
+        assert absent not in view, absent
+    assert page.locator("#v-f1, #v-precision, #v-recall, #v-outcome, #report-tests").count() == 0
+    assert "calc/stats.py" in page.inner_text("#final-patch") and page.locator("#test-runs").count() == 1
+
+
+@pytest.mark.slow
+def test_the_localization_tab_opens_on_the_top_suspect_deep_in_a_long_file(two_fix_runs, browser, tmp_path):
+    """The buggy line 2185 ranks first and is the patched line, below the helpers the issue names (suspects from
+    line 409 on): the tab opens scrolled to it, not at the top of the file's first unfolded lines."""
+    [folder, _] = sorted(p.parent for p in two_fix_runs.glob("fix/*/trajectories/*/trajectory.json"))
+    out = tmp_path / "fix.html"
+    assert main(["inspect", str(folder), "--export", str(out)]) == 0
+    page = browser.new_page(viewport=VIEWPORT)
+    go(page, out.as_uri())
+    click_tab(page, "localization")
+    top, other = line(page, "calc/stats.py", 2185), line(page, "calc/stats.py", HELPERS["total"] + 1)
+    assert top.get_attribute("data-rank") == "1" and "patched" in top.get_attribute("class")
+    assert other.count() == 1 and other.bounding_box()["y"] < top.bounding_box()["y"]  # drawn above it
+    box = top.bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= VIEWPORT["height"], box  # in view as the tab opens
