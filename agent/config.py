@@ -49,9 +49,9 @@ class SearchSection:
     #: patches to collect before choosing (the smallest, then the likeliest to the embedded model), and their order
     #: ("likelihood" scores every candidate with the embedded model first: about a minute per function on 2 CPUs,
     #: so "rank" by default: suspect rank, then the edit kind)
-    candidate_runs: int = 60
+    candidate_runs: int = 200
     candidate_seconds: float = 300.0
-    candidate_pairs: int = 10
+    candidate_pairs: int = 20
     plausible: int = 3
     candidate_order: Literal["rank", "likelihood"] = "rank"
     #: FLARE: candidates per round (one per top-k suspicious line) and rounds
