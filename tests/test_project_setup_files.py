@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pinpoint.environments.build_outputs import built_extensions
 from pinpoint.environments.project_deps import ProjectFiles, find_test_deps
+from pinpoint.environments.scm_version import version_files
 
 NOXFILE = '''import nox
 
@@ -86,3 +87,14 @@ def test_built_extensions_are_the_ignored_modules_in_the_projects_own_folders(tm
     assert found["src/pkg/_speedups.cpython-311-x86_64-linux-gnu.so"] == b"\x7fELF built"
     assert "_flat.cpython-311-x86_64-linux-gnu.so" in found
     assert not any(name.startswith(".venv") for name in found)
+
+
+def test_a_missing_version_file_is_written_from_the_nearest_tag(tmp_path):
+    pyproject = ('[tool.pdm.version]\nsource = "scm"\nwrite_to = "pkg/__version__.py"\n'
+                 '[tool.pdm.build]\npackage-dir = "src"\n')
+    repo = _repo(tmp_path / "repo", {"pyproject.toml": pyproject, "src/pkg/__init__.py": ""})
+    subprocess.run(["git", "tag", "v1.4.2"], cwd=repo, check=True)
+    written = version_files(ProjectFiles(repo, "HEAD"), tmp_path / "a checkout without the build's file")
+    namespace: dict = {}
+    exec(written["src/pkg/__version__.py"], namespace)  # what `from pkg.__version__ import __version__` gets
+    assert namespace["__version__"] == "1.4.2" and namespace["version_tuple"] == (1, 4, 2)
