@@ -84,8 +84,10 @@ def _in_image(image: str, base_commit: str, test_cmd: str, timeout_s: float, tra
     tests = shlex.quote(test_cmd + ' "$@"')
     plugin = ""
     if traced:
-        purelib = '"$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')"'
-        plugin = f'{install_script(purelib)} && export PYTEST_ADDOPTS="-p {MODULE} $PYTEST_ADDOPTS" && '
+        # a folder the test interpreter imports from, whatever starts it (tox passes no PYTHONPATH)
+        site = ('"$(python -c \'import os, sys; print(next(p for p in sys.path if p.endswith("-packages") '
+                'and os.path.isdir(p)))\')"')
+        plugin = f'{install_script(site)} && export PYTEST_ADDOPTS="-p {MODULE} $PYTEST_ADDOPTS" && '
     inner = (f'tar -C /testbed -xf - && cd /testbed && {plugin}'
              f'exec timeout -k 5 {int(timeout_s)} bash -c {tests} _ "$@"')
     changed = f'{{ git diff --name-only --diff-filter=d {base_commit}; git ls-files -o --exclude-standard; }}'

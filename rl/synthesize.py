@@ -146,11 +146,17 @@ def _parser(name: str) -> Callable[[str, Any], dict[str, str]]:
 @dataclass(frozen=True)
 class Baseline:
     """The steady tests; the functions each calls ({"path:first line": test ids}, None when not traced); the last
-    run's final output line (what to show when no test passes)."""
+    run's final output line (what to show when no test passes) and its seconds."""
 
     passing: list[str]
     calls: dict[str, set[str]] | None
     tail: str
+    seconds: float = 0.0
+
+    def mutant_timeout(self, timeout_s: float) -> float:
+        """A mutant's run is bounded by twice the traced run of every baseline test (a mutant runs no more
+        tests, untraced), at least 60 s and at most `timeout_s`: a mutant that loops costs little."""
+        return min(timeout_s, max(60.0, 2 * self.seconds))
 
 
 def baseline(source: Source, timeout_s: float) -> Baseline:
@@ -159,13 +165,13 @@ def baseline(source: Source, timeout_s: float) -> Baseline:
     first, second = (run_tests(source, list(source.tests), timeout_s) for _ in range(2))
     # a parametrized id with a space is cut there by the log parsers: pytest cannot select what is left of it
     steady = sorted(t for t in first.passing() & second.passing() if t.count("[") == t.count("]"))
-    last, calls = second, None
+    last, calls, started = second, None, time.monotonic()
     if steady:
         last = run_tests(source, source.selecting(steady), timeout_s, traced=bool(source.trace_command))
         steady = sorted(last.passing() & set(steady))
         calls = parse_trace(last.output) if source.trace_command else None
     tail = next((line.strip() for line in reversed(last.output.splitlines()) if line.strip()), "no output")
-    return Baseline(steady, calls, tail[:200])
+    return Baseline(steady, calls, tail[:200], time.monotonic() - started)
 
 
 def reaching(base: Baseline, path: str, original: str, line: int) -> list[str]:
@@ -252,7 +258,7 @@ def _try_mutant(source: Source, head: str, base: Baseline, path: str, original: 
     file = Path(source.repo) / path
     file.write_text(mutant.code)
     try:
-        run = run_tests(source, source.selecting(tests), settings.timeout_s)
+        run = run_tests(source, source.selecting(tests), base.mutant_timeout(settings.timeout_s))
         if run.hung:
             stats.hung += 1
             return None
@@ -307,15 +313,24 @@ def _headline(test: str) -> str:
 
 
 def _traceback_errors(output: str) -> dict[str, str]:
-    """The first `E   ...` line of each traceback section, by the section's title."""
+    """Each traceback section's error, by the section's title (pytest's `Class.test`, sympy's `file.py:test`): its
+    first `E   ...` line (pytest), else its last line (a plain Python traceback, as sympy's bin/test prints)."""
     errors: dict[str, str] = {}
+    last: dict[str, str] = {}
     title = ""
     for line in output.splitlines():
         header = re.fullmatch(r"_{3,} (.+?) _{3,}", line.strip())
         if header:
             title = header.group(1)
+        elif line.startswith("===="):
+            title = ""
         elif title and line.startswith("E ") and title not in errors:
             errors[title] = line[1:].strip()[:STATEMENT_CHARS]
+        elif title and line.strip():
+            last[title] = line.strip()[:STATEMENT_CHARS]
+    for title, line in last.items():
+        errors.setdefault(title, line)
+        errors.setdefault(title.rsplit(":", 1)[-1], errors[title])  # sympy's ids are the test's name
     return errors
 
 

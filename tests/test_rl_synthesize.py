@@ -110,3 +110,12 @@ def test_the_trace_says_which_tests_reach_a_function(tmp_path: Path) -> None:
     assert reaching(base, "m.py", text, 5) == ["test_m.py::test_a"]
     assert reaching(base, "m.py", text, 10) == []
     assert reaching(base, "m.py", text, 13) == base.passing  # module level: runs at import, reaches every test
+
+
+def test_a_sympy_failure_is_quoted_by_its_last_traceback_line() -> None:
+    output = ("________________________________________________________________________________\n"
+              "_____________ sympy/printing/tests/test_str.py:test_Float ______________________\n"
+              '  File "/testbed/sympy/printing/tests/test_str.py", line 9, in test_Float\n'
+              "    assert str(Float('1.23')) == '1.23'\nAssertionError\n"
+              "============= tests finished: 1 passed, 1 failed, in 0.50 seconds =============\n")
+    assert "- test_Float: AssertionError" in problem_statement(["test_Float"], output)
