@@ -121,7 +121,7 @@ class RowAgreement:
 
     @property
     def agrees(self) -> bool:
-        """The verdict and every test status agree, network-bound tests aside."""
+        """The verdict and every test status agree, network-bound and cpu-bound tests aside."""
         return self.verdict_agrees and not self.differ
 
     @property
@@ -131,14 +131,15 @@ class RowAgreement:
 
     @property
     def cpu_bound(self) -> bool:
-        """Every test status agrees, cpu-bound tests aside: the official box counted one CPU."""
-        return not self.differ and bool(self.cpu)
+        """The verdicts differ, and only cpu-bound tests (no network-bound one) do: the official box counted one
+        CPU."""
+        return not self.verdict_agrees and not self.differ and not self.network and bool(self.cpu)
 
     @property
     def label(self) -> str:
-        if self.cpu_bound:
-            return "cpu-bound"
-        return "agree" if self.agrees else "network-bound" if self.network_bound else "DISAGREE"
+        if self.agrees:
+            return "agree"
+        return "network-bound" if self.network_bound else "cpu-bound" if self.cpu_bound else "DISAGREE"
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "verdict_agrees": self.verdict_agrees, "agrees": self.agrees,
