@@ -76,7 +76,7 @@ def _run_model(llm: LLMConfig) -> tuple[LLMConfig, str | None]:
     try:
         served = check_endpoint(llm)
     except PreflightError as exc:
-        unknown = f"(the first model {llm.base_url} lists: it does not answer now)"
+        unknown = f"(the first model {llm.base_url} lists: not known now)"
         return dataclasses.replace(llm, model=unknown), f"llm.model: none named, and {exc}"
     if served.model == DEFAULT_MODEL:
         return llm, f"llm.model: none named and {llm.base_url} lists none; a run sends {DEFAULT_MODEL}"
