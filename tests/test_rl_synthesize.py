@@ -117,5 +117,9 @@ def test_a_sympy_failure_is_quoted_by_its_last_traceback_line() -> None:
               "_____________ sympy/printing/tests/test_str.py:test_Float ______________________\n"
               '  File "/testbed/sympy/printing/tests/test_str.py", line 9, in test_Float\n'
               "    assert str(Float('1.23')) == '1.23'\nAssertionError\n"
-              "============= tests finished: 1 passed, 1 failed, in 0.50 seconds =============\n")
-    assert "- test_Float: AssertionError" in problem_statement(["test_Float"], output)
+              "________________________________________________________________________________\n"
+              "_____________ sympy/printing/tests/test_str.py:test_Mul ________________________\n"
+              "ValueError: bad\n"
+              "============= tests finished: 1 passed, 2 failed, in 0.50 seconds =============\n")
+    text = problem_statement(["test_Float", "test_Mul"], output)
+    assert "- test_Float: AssertionError\n- test_Mul: ValueError: bad" in text
