@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from test_reaper import INSTANCE, Driver, _wait_for
-from two_nodes import RAY, RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, image_tags
+from two_nodes import RAY_ENV, SecondEngine, TwoNodeCluster, cluster_on, load_instance
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -35,24 +35,11 @@ while not pathlib.Path(sys.argv[2]).exists():
 
 
 @pytest.fixture
-def cluster(tmp_path) -> Iterator[tuple[TwoNodeCluster, SecondEngine]]:
-    tags = image_tags(INSTANCE)
-    try:
-        engine = SecondEngine().start()
-    except EngineUnavailable as exc:
-        pytest.skip(f"no second Docker engine here: {exc}")
-    nodes = TwoNodeCluster(engine.host, cpus=2, docker=1)
-    try:
-        for tag in tags:
-            engine.load_from_main(tag)
-        subprocess.run([RAY, "start", "--head", "--port", "0", "--temp-dir", str(nodes.temp), "--include-dashboard",
-                        "false", "--num-cpus", "2", "--resources", json.dumps({"docker": 1, "head": 1}),
-                        "--disable-usage-stats"], env=nodes._env(), capture_output=True, check=True, timeout=120)
-        nodes.address = (nodes.temp / "ray_current_cluster").read_text().strip()
-        yield nodes.start_second(), engine
-    finally:
-        nodes.stop()
-        engine.stop()
+def cluster(instance_engine: SecondEngine) -> Iterator[tuple[TwoNodeCluster, SecondEngine]]:
+    """A head with one box slot (which HOLDER takes) and a second node with one, on the session's second engine."""
+    load_instance(instance_engine, INSTANCE)
+    with cluster_on(instance_engine, cpus=2, docker=1, head={"docker": 1, "head": 1}) as nodes:
+        yield nodes, instance_engine
 
 
 def _boxes(engine: SecondEngine, run_id: str) -> list[str]:

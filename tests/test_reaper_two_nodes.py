@@ -7,12 +7,11 @@ Ray ends the dead driver's workers there, and each worker's reaper removes its b
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 from test_reaper import INSTANCE, Driver, _wait_for
-from two_nodes import RAY, RAY_ENV, EngineUnavailable, SecondEngine, TwoNodeCluster, image_tags
+from two_nodes import RAY_ENV, SecondEngine, TwoNodeCluster, cluster_on, load_instance
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -21,25 +20,11 @@ GONE_WITHIN_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[TwoNodeCluster, SecondEngine]]:
-    """A head with no box slot and a second node with one, on a second engine holding the instance's images."""
-    tags = image_tags(INSTANCE)
-    try:
-        engine = SecondEngine().start()
-    except EngineUnavailable as exc:
-        pytest.skip(f"no second Docker engine here: {exc}")
-    nodes = TwoNodeCluster(engine.host, cpus=2, docker=0)
-    try:
-        for tag in tags:
-            engine.load_from_main(tag)
-        subprocess.run([RAY, "start", "--head", "--port", "0", "--temp-dir", str(nodes.temp), "--include-dashboard",
-                        "false", *nodes._resources()], env=nodes._env(), capture_output=True, check=True, timeout=120)
-        nodes.address = (nodes.temp / "ray_current_cluster").read_text().strip()
-        nodes.docker = 1
-        yield nodes.start_second(), engine
-    finally:
-        nodes.stop()
-        engine.stop()
+def cluster(instance_engine: SecondEngine) -> Iterator[tuple[TwoNodeCluster, SecondEngine]]:
+    """A head with no box slot and a second node with one, on the session's second engine holding the row's images."""
+    load_instance(instance_engine, INSTANCE)
+    with cluster_on(instance_engine, cpus=2, docker=1, head={"docker": 0}) as nodes:
+        yield nodes, instance_engine
 
 
 def _boxes(engine: SecondEngine, run_id: str) -> list[str]:

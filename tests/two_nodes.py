@@ -105,13 +105,14 @@ class SecondEngine:
 class TwoNodeCluster:
     """`ray start --head` (this machine's engine) plus a second node whose DOCKER_HOST is `second_host`."""
 
-    def __init__(self, second_host: str, cpus: int = 2, docker: int = 1) -> None:
+    def __init__(self, second_host: str, cpus: int = 2, docker: int = 1, head: dict[str, int] | None = None) -> None:
         self.temp = Path(tempfile.mkdtemp(prefix="pp-ray."))
         self.second_host, self.cpus, self.docker = second_host, cpus, docker
+        self.head = head if head is not None else {"docker": docker}  # the head's own resources
         self.address = ""
 
-    def _resources(self) -> list[str]:
-        return ["--num-cpus", str(self.cpus), "--resources", json.dumps({"docker": self.docker}),
+    def _resources(self, resources: dict[str, int] | None = None) -> list[str]:
+        return ["--num-cpus", str(self.cpus), "--resources", json.dumps(resources or {"docker": self.docker}),
                 "--disable-usage-stats"]
 
     def _env(self) -> dict[str, str]:
@@ -122,8 +123,8 @@ class TwoNodeCluster:
 
     def start(self) -> TwoNodeCluster:
         subprocess.run([RAY, "start", "--head", "--port", "0", "--temp-dir", str(self.temp), "--include-dashboard",
-                        "false", *self._resources()], env=self._env(), capture_output=True, text=True, check=True,
-                       timeout=120)
+                        "false", *self._resources(self.head)], env=self._env(), capture_output=True, text=True,
+                       check=True, timeout=120)
         self.address = (self.temp / "ray_current_cluster").read_text().strip()
         return self.start_second()
 
@@ -218,10 +219,19 @@ def instance_engine(docker_client) -> Iterator[SecondEngine]:
     assert_engine_gone(engine)
 
 
+def load_instance(engine: SecondEngine, instance_id: str) -> None:
+    """The image chain of `instance_id` on the session's second engine, moved from the main engine once."""
+    for tag in image_tags(instance_id):
+        if tag not in engine.loaded:
+            engine.loaded[tag] = engine.load_from_main(tag)
+
+
 @contextlib.contextmanager
-def cluster_on(engine: SecondEngine, cpus: int, docker: int) -> Iterator[TwoNodeCluster]:
-    """A started two-node cluster whose second node drives `engine`; stopped afterwards and checked gone."""
-    cluster = TwoNodeCluster(engine.host, cpus=cpus, docker=docker)
+def cluster_on(engine: SecondEngine, cpus: int, docker: int,
+               head: dict[str, int] | None = None) -> Iterator[TwoNodeCluster]:
+    """A started two-node cluster whose second node drives `engine` with `docker` box slots (the head has `head`'s
+    resources, by default the same slots); stopped afterwards and checked gone."""
+    cluster = TwoNodeCluster(engine.host, cpus=cpus, docker=docker, head=head)
     try:
         yield cluster.start()
     finally:
