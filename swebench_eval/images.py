@@ -224,7 +224,7 @@ def instance_layer_sizes() -> dict[str, int]:
 
 
 def instance_layers() -> list[dict[str, Any]]:
-    """Every built instance layer: its tag and instance, its own bytes over its parent, the parent's kind, and for a
+    """Every built instance layer: its tag, instance and repository, its own bytes over its parent, the parent's kind, and for a
     reference parent the reference's bytes over its env, the built instances sharing it, and the amortized bytes
     (own bytes plus the reference's bytes shared over those instances)."""
     client = _client()
@@ -240,9 +240,10 @@ def instance_layers() -> list[dict[str, Any]]:
         if kind == "reference":
             env = client.images.get(parent.attrs["Parent"])
             reference = parent.attrs["Size"] - env.attrs["Size"]
-        rows.append({"tag": image.tags[0], "instance": (image.labels or {}).get("pinpoint.instance"),
-                     "repo": (image.labels or {}).get("pinpoint.repo"), "parent": parent.id, "parent_kind": kind, "own_bytes": image.attrs["Size"] - parent.attrs["Size"],
-                     "reference_bytes": reference})
+        labels = image.labels or {}
+        rows.append({"tag": image.tags[0], "instance": labels.get("pinpoint.instance"),
+                     "repo": labels.get("pinpoint.repo"), "parent": parent.id, "parent_kind": kind,
+                     "own_bytes": image.attrs["Size"] - parent.attrs["Size"], "reference_bytes": reference})
     sharing: dict[str, int] = {}
     for row in rows:
         sharing[row["parent"]] = sharing.get(row["parent"], 0) + 1
