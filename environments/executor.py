@@ -524,7 +524,7 @@ class RayExecutor:
                     self.ray.get(homes[w])
                     why = ""
                 except self.ray.exceptions.RayError as exc:
-                    why = f"not restarted ({type(exc).__name__})"
+                    why = f"not restarted ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
             elif time.monotonic() - since > self.restart_limit_s:
                 why = f"not restarted within {self.restart_limit_s:.0f} s"
             else:

@@ -11,13 +11,23 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+#: the driver, in a fresh process as the CLI's is (an earlier `ray.init` in this test process leaves Ray's
+#: driver state behind: a later session's actors were cancelled as unreferenced); prints each worker's node
+DRIVER = """
+import json, sys
+from pinpoint.environments.executor import Item, Needs, RayExecutor
+
 class WhereAmI:
-    """The worker object of each actor: says which Ray node it runs on."""
-
-    def run(self, key: str) -> str:
+    def run(self, key):
         import ray
-
         return ray.get_runtime_context().get_node_id()
+
+with RayExecutor(sys.argv[1]) as executor:
+    items = [Item(f"task-{i}", (f"task-{i}",), group=f"task-{i}") for i in range(2)]
+    outcomes = list(executor.run_on_workers(WhereAmI, (), items, workers=2, needs=Needs(cpus=0, docker=1)))
+    print(json.dumps({"nodes": len(executor.nodes), "ran_on": [o.value for o in outcomes],
+                      "errors": [str(o.error) for o in outcomes if o.error is not None]}))
+"""
 
 
 def _nap(seconds: float) -> None:
@@ -27,25 +37,24 @@ def _nap(seconds: float) -> None:
 
 
 def test_two_workers_with_one_box_each_land_on_two_nodes(monkeypatch) -> None:
-    import ray
-    from pinpoint.environments.executor import Item, Needs, RayExecutor
+    import json
+    import subprocess
+
     from ray.cluster_utils import Cluster
 
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # for the nodes the cluster starts and the driver alike
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"docker": 4}})
     try:
         cluster.add_node(num_cpus=2, resources={"docker": 4})
         cluster.wait_for_nodes()
-        with RayExecutor(cluster.address) as executor:
-            assert len(executor.nodes) == 2
-            items = [Item(f"task-{i}", (f"task-{i}",), group=f"task-{i}") for i in range(2)]
-            outcomes = list(executor.run_on_workers(WhereAmI, (), items, workers=2, needs=Needs(cpus=0, docker=1)))
-        assert all(o.error is None for o in outcomes), [o.error for o in outcomes]
-        assert len({o.value for o in outcomes}) == 2, "both workers ran on one node"
+        done = subprocess.run([sys.executable, "-c", DRIVER, cluster.address], capture_output=True, text=True,
+                              timeout=600)
     finally:
-        ray.shutdown()
         cluster.shutdown()
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["nodes"] == 2 and not result["errors"], result
+    assert len(set(result["ran_on"])) == 2, "both workers ran on one node"
 
 
 def test_a_lost_node_leaves_no_raylet_message_in_the_commands_output(monkeypatch, capfd) -> None:
@@ -67,7 +76,7 @@ def test_a_lost_node_leaves_no_raylet_message_in_the_commands_output(monkeypatch
         with RayExecutor(cluster.address) as executor:
             other = next(n for n in executor.nodes if n != ray.get_runtime_context().get_node_id())
             nap = ray.remote(num_cpus=1, max_retries=3)(_nap)
-            ref = nap.options(scheduling_strategy=NodeAffinitySchedulingStrategy(other, soft=True)).remote(30)
+            ref = nap.options(scheduling_strategy=NodeAffinitySchedulingStrategy(other, soft=True)).remote(15)
             time.sleep(5)
             cluster.remove_node(node, allow_graceful=False)
             ray.get(ref, timeout=120)  # retried on the head
