@@ -1,10 +1,12 @@
 """Which tests can see a mutant: the functions each test calls, recorded once on the unbroken repository by a small
 pytest plugin, so a mutant runs only the tests that reach its function (and none when no test does).
 
-This is sound for a mutant inside a function's body: a test that never calls the function runs the same code on the
-mutant as on the baseline, so it still passes (it passed steadily three times) and is PASS_TO_PASS without a run. An
-edit outside any function body (module or class level, a signature or a decorator) runs at import and reaches every
-test: all of them run. Calls in every thread are recorded (`threading.setprofile`).
+A test that never calls the edited function runs the same code on the mutant as on the baseline, so it still passes
+(it passed steadily three times). Calls made outside any test (imports, conftest, collection) count for every test
+(test id `EVERY`), as does an edit outside any function body (module or class level, a signature or a decorator: it
+runs at import). What the trace cannot see is a value a test shares with an earlier one (a session fixture computed
+during the first test): so a kept mutant runs the whole baseline once more, and its FAIL_TO_PASS and PASS_TO_PASS
+come from that run. Calls in every thread are recorded (`threading.setprofile`).
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import shlex
 #: the line the plugin prints after the run, then the JSON {"path:first line": [test ids]}
 MARKER = "PINPOINT-SYNTH-TRACE "
 MODULE = "pinpoint_synth_trace"
+#: the test id of calls made outside any test
+EVERY = "*"
 
-PLUGIN = '''"""pinpoint rl synthesize: the functions of the repository each test calls."""
+PLUGIN = '''"""pinpoint rl synthesize: the functions of the repository each test calls (outside any test: "*")."""
 import json, os, sys, threading
 import pytest
 
 _root = os.getcwd() + os.sep
-_codes = set()
+_outside = set()
+_codes = _outside
 _calls = {}
 
 
@@ -32,26 +37,33 @@ def _profile(frame, event, arg):
     return None
 
 
+def _record(codes, test):
+    for code in codes:
+        name = code.co_filename
+        if name.startswith(_root) and name.endswith(".py"):
+            key = name[len(_root):] + ":" + str(code.co_firstlineno)
+            _calls.setdefault(key, []).append(test)
+
+
 def _wrapper(item, nextitem):
-    _codes.clear()
-    sys.setprofile(_profile)
-    threading.setprofile(_profile)
+    global _codes
+    _codes = set()
     try:
         yield
     finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
-        for code in _codes:
-            name = code.co_filename
-            if name.startswith(_root) and name.endswith(".py"):
-                key = name[len(_root):] + ":" + str(code.co_firstlineno)
-                _calls.setdefault(key, []).append(item.nodeid)
+        _record(_codes, item.nodeid)
+        _codes = _outside
 
 
 pytest_runtest_protocol = pytest.hookimpl(hookwrapper=True)(_wrapper)
+sys.setprofile(_profile)
+threading.setprofile(_profile)
 
 
 def pytest_unconfigure(config):
+    sys.setprofile(None)
+    threading.setprofile(None)
+    _record(_outside, "*")
     sys.stdout.write("\\n''' + MARKER + '''" + json.dumps(_calls) + "\\n")
     sys.stdout.flush()
 '''

@@ -12,7 +12,7 @@ equivalent mutant changes nothing and is dropped), and not when the run hangs.
 
 A kept mutant becomes a local task (`rl/tasks.py`): its starting state is a commit of the mutant on a branch of the
 source's tasks repository (`pinpoint-synth/<task id>`), its gold patch the inverse edit, FAIL_TO_PASS the broken
-tests, PASS_TO_PASS the rest of the baseline (the tests that do not reach the edit pass as before: see
+tests, PASS_TO_PASS the rest of the baseline (a kept mutant runs every baseline test once: see
 `rl/synth_trace.py`), its test command the source's command over both lists (exit 0 when
 every one passes: the harness's PASS_AND_FAIL rule), and a problem statement naming the failing tests and their
 failures, never the edited file or line. Tasks are deduplicated by their mutant text; each has a difficulty
@@ -37,7 +37,7 @@ from typing import Any
 
 from pinpoint.environments.errors import UsageError
 from pinpoint.localization.mutations import mutants
-from pinpoint.rl.synth_trace import enclosing_function, parse_trace
+from pinpoint.rl.synth_trace import EVERY, enclosing_function, parse_trace
 
 #: what a test's status must be to count as passing (the official parsers' spelling)
 PASSED = "PASSED"
@@ -188,6 +188,8 @@ def reaching(base: Baseline, path: str, original: str, line: int) -> list[str]:
     if base.calls is None or key is None:
         return base.passing
     callers = base.calls.get(key, set())
+    if EVERY in callers:
+        return base.passing
     return [test for test in base.passing if test in callers]
 
 
@@ -270,6 +272,12 @@ def _try_mutant(source: Source, head: str, base: Baseline, path: str, original: 
             stats.hung += 1
             return None
         broken = [test for test in tests if run.statuses.get(test) != PASSED]
+        if broken and len(tests) < len(base.passing):  # the labels come from every baseline test (synth_trace.py)
+            run = run_tests(source, source.selecting(base.passing), base.mutant_timeout(settings.timeout_s))
+            broken = [test for test in base.passing if run.statuses.get(test) != PASSED]
+            if run.hung:
+                stats.hung += 1
+                return None
         if not broken:
             stats.equivalent += 1
             return None

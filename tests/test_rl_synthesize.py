@@ -92,9 +92,11 @@ def test_the_gold_patch_is_the_inverse_edit_and_the_statement_quotes_failures() 
 
 def test_the_trace_says_which_tests_reach_a_function(tmp_path: Path) -> None:
     """The tracer plugin in a real pytest run: an edit in a function reaches only the tests calling it, an edit at
-    module level reaches all of them."""
+    module level or in a function called at import reaches all of them."""
     (tmp_path / "m.py").write_text("import functools\n\n\ndef used(x):\n    return x + 1\n\n\n"
-                                   "@functools.lru_cache\ndef unused(x):\n    return x - 1\n\n\nLIMIT = 3\n")
+                                   "@functools.lru_cache\ndef unused(x):\n    return x - 1\n\n\nLIMIT = 3\n\n\n"
+                                   "def at_import():\n    return 1\n")
+    (tmp_path / "conftest.py").write_text("import m\n\nm.at_import()\n")
     (tmp_path / "test_m.py").write_text("import m\n\n\ndef test_a():\n    assert m.used(1) == 2\n\n\n"
                                         "def test_b():\n    assert m.LIMIT == 3\n")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -110,6 +112,7 @@ def test_the_trace_says_which_tests_reach_a_function(tmp_path: Path) -> None:
     assert reaching(base, "m.py", text, 5) == ["test_m.py::test_a"]
     assert reaching(base, "m.py", text, 10) == []
     assert reaching(base, "m.py", text, 13) == base.passing  # module level: runs at import, reaches every test
+    assert reaching(base, "m.py", text, 17) == base.passing  # called at import (conftest): reaches every test
 
 
 def test_a_sympy_failure_is_quoted_by_its_last_traceback_line() -> None:
