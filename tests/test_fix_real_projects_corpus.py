@@ -1,9 +1,25 @@
 """`pinpoint fix` on real open-source projects as their teams set them up: each project's sdist from PyPI (pinned,
-downloaded at test time) made into a git repository the way upstream keeps it (its build's generated version file
+downloaded at test time) made into a git repository the way upstream keeps it (its build's generated files
 git-ignored, its release tagged), a planted one-line bug its own suite catches, a GitHub-style issue, and the
-FAKE scripted OpenAI-compatible endpoint (tests/fake_llm_server.py) answering with the fix. `--local` runs in a
-venv the project's own declared test dependencies were installed into by pinpoint's install recipe (what the team
-has); each also runs in the container pinpoint builds from its files. The installed `pinpoint` script runs as a subprocess."""
+FAKE scripted OpenAI-compatible endpoint (tests/fake_llm_server.py) answering with the fix. `--local` runs (on `.`)
+in a venv the project's own declared test dependencies were installed into by pinpoint's install recipe (what the
+team has); the container runs (on a path) use the box pinpoint builds from the project's files, on one project
+per way the box installs differently, since each costs a 1-4 minute image build. The installed `pinpoint` script
+runs as a subprocess.
+
+| project | setup | --local | container |
+|---|---|---|---|
+| platformdirs 4.2.0 | src/, hatchling + hatch-vcs version file, `test` extra, tox | fixed | fixed |
+| pluggy 1.5.0 | src/, setuptools-scm `write_to`, setup.cfg `testing` extra, tox | fixed | not run |
+| pastel 0.2.1 | flat package, poetry-core, Poetry dev-dependencies | fixed | fixed |
+| six 1.16.0 | one flat module, setup.py | fixed (also dirty tree, second run, kill -9) | not run |
+| cachetools 5.3.3 | src/, setup.cfg, tox deps, unittest | fixed | fixed |
+| itsdangerous 2.2.0 | src/, flit, requirements/tests.txt | fixed | not run |
+| click 8.2.1 | src/, flit, PEP 735 `tests` group | fixed | fixed |
+| findpython 0.6.2 | src/, pdm-backend, PDM scm `write_to`, PDM dev-dependencies | fixed | fixed |
+| markupsafe 2.1.5 | src/, setup.py C extension built at install, requirements/tests.txt | fixed, speedups tested | fixed, speedups built |
+| installer 0.7.0 | src/, flit, noxfile test session, package data files | fixed | fixed |
+"""
 
 from __future__ import annotations
 
