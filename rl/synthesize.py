@@ -339,7 +339,7 @@ def _traceback_errors(output: str) -> dict[str, str]:
             title = header.group(1)
         elif not line.strip("_ \t"):
             continue
-        elif line.startswith("===="):
+        elif line.startswith("="):  # a summary: pytest's "==== ... ====", sympy's "= tests finished: ... ="
             title = ""
         elif title and line.startswith("E ") and title not in errors:
             errors[title] = line[1:].strip()[:STATEMENT_CHARS]

@@ -123,6 +123,6 @@ def test_a_sympy_failure_is_quoted_by_its_last_traceback_line() -> None:
               "________________________________________________________________________________\n"
               "_____________ sympy/printing/tests/test_str.py:test_Mul ________________________\n"
               "ValueError: bad\n"
-              "============= tests finished: 1 passed, 2 failed, in 0.50 seconds =============\n")
+              "\n= tests finished: 1 passed, 2 failed, in 0.50 seconds =\nDO *NOT* COMMIT!\n")
     text = problem_statement(["test_Float", "test_Mul"], output)
     assert "- test_Float: AssertionError\n- test_Mul: ValueError: bad" in text
