@@ -27,12 +27,13 @@ from pathlib import Path
 from pinpoint.agent.config import Config
 from pinpoint.agent.nodes import fused_suspects
 from pinpoint.agent.runner import default_localizers
-from pinpoint.agent.search import Ask, CandidateBudget, Node, candidate_search, flare_refine
+from pinpoint.agent.search import Ask, CandidateBudget, Node, SearchResult, candidate_search, flare_refine
 from pinpoint.agent.state import Task
 from pinpoint.agent.test_runs import run_test_command
 from pinpoint.environments import paths
 from pinpoint.environments.files import jsonl_records, scratch_dir
 from pinpoint.environments.local import LocalRuntime
+from pinpoint.environments.runtime import Runtime
 from pinpoint.localization.failing_tests import pytest_selection
 from pinpoint.localization.fusion import top_lines
 from pinpoint.localization.retrieval import is_test_path
@@ -155,36 +156,55 @@ def run_bug(row: dict, arm: str, config: Config, work: Path, ask: Ask | None = N
         failure = (run_test_command(runtime, PYTEST, config.agent.test_timeout_s).output if config.agent.execution
                    else start.outcome.output)
         suspects = suspects_of(runtime, task, config, failure)
-        calls = [0]
-
-        def counted(prompt: str, purpose: str, diverse: bool) -> str:
-            calls[0] += 1
-            return ask(prompt, purpose, diverse) if ask else ""
-
         timeout = hang_bound(start.outcome, config.agent.test_timeout_s)
-        if arm == "candidates":
-            budget = CandidateBudget(config.search.candidate_runs, config.search.candidate_seconds,
-                                     config.search.candidate_pairs, config.search.k, config.search.plausible,
-                                     config.search.candidate_order)
-            found = candidate_search(runtime, task.problem_statement, start, suspects, test_command=command,
-                                     timeout=timeout, budget=budget, scorer=scorer)
-        else:
-            found = flare_refine(counted, runtime, task.problem_statement, start, suspects, test_command=command,
-                                 timeout=timeout, k=LLM_LINES, rounds=config.search.rounds,
-                                 context=config.search.context_lines)
+        found, calls = search_arm(arm, runtime, task.problem_statement, start, suspects, command, timeout, config,
+                                  ask, scorer)
         apply_patch(runtime, found.best.patch)
         final = runtime.read_text(MODULE)
         plausible = run_test_command(runtime, command, config.agent.test_timeout_s).ok
     gold = set(row["labels"]["buggy_lines"]) | set(row["labels"]["insert_before_lines"])
     touched = touched_lines(row["declaration"] + row["buggy_solution"], final)
     hit = len(gold & touched)
-    chosen = next((r for r in found.candidates if found.improved and r.get("patch") == found.best.patch), {})
+    source, edit = final_source(found)
     return BugResult(row["task_id"], arm, row["bug_type"], "plausible" if plausible else "no plausible patch",
-                     plausible, same_program(final, row["declaration"] + row["canonical_solution"]),
-                     chosen.get("source") or chosen.get("origin", "none"), chosen.get("edit", chosen.get("replacement") or ""),
-                     hit / len(touched) if touched else 0.0, hit / len(gold) if gold else 0.0, calls[0],
-                     sum(1 for r in found.candidates if "seconds" in r), round(time.monotonic() - started, 2),
+                     plausible, same_program(final, row["declaration"] + row["canonical_solution"]), source, edit,
+                     hit / len(touched) if touched else 0.0, hit / len(gold) if gold else 0.0, calls,
+                     candidates_run(found), round(time.monotonic() - started, 2),
                      suspect_hit(suspects, gold, config.search.k))
+
+
+def search_arm(arm: str, runtime: Runtime, problem: str, start: Node, suspects: list[Suspect], command: str,
+               timeout: float, config: Config, ask: Ask | None = None, scorer: LocalScorer | None = None
+               ) -> tuple[SearchResult, int]:
+    """One arm's search from `start` (edit candidates, or the model's FLARE revisions) and the model calls it made;
+    every bench source runs its arms through here, so the arms mean the same on every bug set."""
+    calls = [0]
+
+    def counted(prompt: str, purpose: str, diverse: bool) -> str:
+        calls[0] += 1
+        return ask(prompt, purpose, diverse) if ask else ""
+
+    if arm == "candidates":
+        budget = CandidateBudget(config.search.candidate_runs, config.search.candidate_seconds,
+                                 config.search.candidate_pairs, config.search.k, config.search.plausible,
+                                 config.search.candidate_order)
+        found = candidate_search(runtime, problem, start, suspects, test_command=command, timeout=timeout,
+                                 budget=budget, scorer=scorer)
+    else:
+        found = flare_refine(counted, runtime, problem, start, suspects, test_command=command, timeout=timeout,
+                             k=LLM_LINES, rounds=config.search.rounds, context=config.search.context_lines)
+    return found, calls[0]
+
+
+def final_source(found: SearchResult) -> tuple[str, str]:
+    """Where the final patch came from ("candidate", "flare", ...) and its edit; ("none", "") when no search
+    improved on the start."""
+    chosen = next((r for r in found.candidates if found.improved and r.get("patch") == found.best.patch), {})
+    return chosen.get("source") or chosen.get("origin", "none"), chosen.get("edit", chosen.get("replacement") or "")
+
+
+def candidates_run(found: SearchResult) -> int:
+    return sum(1 for r in found.candidates if "seconds" in r)
 
 
 def suspect_hit(suspects: list[Suspect], gold: set[int], k: int) -> bool:
@@ -192,11 +212,18 @@ def suspect_hit(suspects: list[Suspect], gold: set[int], k: int) -> bool:
     return any(path == MODULE and line in gold for path, line, _ in top_lines(suspects, k))
 
 
+#: one arm on one row in a scratch folder: `run_bug` (HumanEvalFix) or a SWE-bench row (repair_swebench.run_row)
+RunRow = Callable[[dict, str, Config, Path, Ask | None, LocalScorer | None], BugResult]
+#: a row whose box could not be had (its image did not build): left out of the rates, counted apart
+NO_IMAGE = "image failed"
+
+
 def bench_repair(rows: list[dict], arms: list[str], out: Path, config: Config, ask: Ask | None = None,
-                 scorer: LocalScorer | None = None, progress: Callable[[str], None] = print, workers: int = 1
-                 ) -> dict[str, list[BugResult]]:
-    """Each arm on each row, one JSON line per (arm, bug) in `out/rows.jsonl`, appended as each bug ends; rows
-    already there are kept. `workers` bugs run at once (their time is spent in test runs, outside Python)."""
+                 scorer: LocalScorer | None = None, progress: Callable[[str], None] = print, workers: int = 1,
+                 run: RunRow = run_bug) -> dict[str, list[BugResult]]:
+    """Each arm on each row (`row["task_id"]` names it; `run` runs it), one JSON line per (arm, bug) in
+    `out/rows.jsonl`, appended as each bug ends; rows already there are kept. `workers` bugs run at once (their
+    time is spent in test runs, outside Python)."""
     out.mkdir(parents=True, exist_ok=True)
     cache = out / "rows.jsonl"
     done = {(r["arm"], r["bug"]): BugResult(**r) for r in (_jsonl(cache) if cache.exists() else [])}
@@ -205,7 +232,7 @@ def bench_repair(rows: list[dict], arms: list[str], out: Path, config: Config, a
 
     def one(arm: str, row: dict) -> None:
         with scratch_dir("pinpoint-repair-bench-") as tmp:  # a killed run's folder goes at the next
-            found = run_bug(row, arm, config, tmp, ask, shared)  # type: ignore[arg-type]
+            found = run(row, arm, config, tmp, ask, shared)  # type: ignore[arg-type]
         with lock:
             with cache.open("a") as fh:
                 fh.write(json.dumps(asdict(found)) + "\n")
@@ -238,10 +265,12 @@ class _Serialized:
 
 
 def summary(results: list[BugResult]) -> dict:
-    """Rates and medians over one arm's rows."""
+    """Rates and medians over one arm's rows; rows without a box (the image did not build) only counted."""
+    no_image = sum(r.status == NO_IMAGE for r in results)
+    results = [r for r in results if r.status != NO_IMAGE]
     n = len(results)
     if not n:
-        return {"bugs": 0}
+        return {"bugs": 0, "no_image": no_image}
     f1 = [2 * r.precision * r.recall / (r.precision + r.recall) if r.precision + r.recall else 0.0 for r in results]
     return {"bugs": n, "plausible": sum(r.plausible for r in results) / n, "correct": sum(r.correct for r in results) / n,
             "localized": sum(r.localized for r in results) / n,
@@ -249,4 +278,4 @@ def summary(results: list[BugResult]) -> dict:
             "edit_recall": statistics.mean(r.recall for r in results), "edit_f1": statistics.mean(f1),
             "median_seconds": statistics.median(r.seconds for r in results),
             "median_model_calls": statistics.median(r.model_calls for r in results),
-            "median_candidates_run": statistics.median(r.candidates_run for r in results)}
+            "median_candidates_run": statistics.median(r.candidates_run for r in results), "no_image": no_image}
