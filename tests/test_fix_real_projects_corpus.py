@@ -18,7 +18,7 @@ whose box differs from the team's venv (see `Project.container`), since each cos
 | itsdangerous 2.2.0 | src/, flit, requirements/tests.txt | fixed | fixed (not in the suite) |
 | click 8.2.1 | src/, flit, PEP 735 `tests` group | fixed | fixed |
 | findpython 0.6.2 | src/, pdm-backend, PDM scm `write_to`, PDM dev-dependencies | fixed | fixed |
-| markupsafe 2.1.5 | src/, setup.py C extension, requirements/tests.txt | fixed, speedups tested | fixed, speedups built |
+| markupsafe 2.1.5 | src/, setup.py C extension, requirements/tests.txt | fixed (speedups run) | fixed (built) |
 | installer 0.7.0 | src/, flit, noxfile test session, package data files | fixed | fixed |
 """
 
