@@ -1,6 +1,7 @@
 """`pinpoint rl synthesize` on a real repository (the demo's, with its pytest suite): the tasks it keeps are real
 bugs that the gold patch fixes and the empty patch does not, graded by RepairEnv as any local task, and they load
-as a tasks file for `rl dataset`."""
+as a tasks file for `rl dataset` (slow); and, fast, which tests the tracer says reach an edit in a real pytest run,
+and how problem statements quote pytest's and sympy's failures."""
 
 from __future__ import annotations
 
@@ -27,8 +28,6 @@ from pinpoint.rl.synthesize import (
 )
 from pinpoint.rl.tasks import load_tasks
 
-pytestmark = pytest.mark.slow
-
 TEST_COMMAND = "python -m pytest -q -p no:cacheprovider -rA --tb=short"
 
 
@@ -45,6 +44,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
     return out, [json.loads(line) for line in out.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_kept_mutants_break_baseline_tests_and_say_how(synthesized) -> None:
     _, tasks = synthesized
     assert tasks and len({t["base_commit"] for t in tasks}) == len(tasks)  # one commit per task, no duplicates
@@ -55,11 +55,13 @@ def test_kept_mutants_break_baseline_tests_and_say_how(synthesized) -> None:
         assert all(test in task["problem_statement"] for test in task["FAIL_TO_PASS"][:8])
 
 
+@pytest.mark.slow
 def test_the_gold_patch_resolves_and_the_empty_patch_does_not(synthesized, tmp_path: Path) -> None:
     _, tasks = synthesized
     assert [verify_task(task, tmp_path) for task in tasks[:3]] == [(True, True)] * min(3, len(tasks))
 
 
+@pytest.mark.slow
 def test_repair_env_rewards_synthesized_tasks_like_any_task(synthesized, tmp_path: Path) -> None:
     out, tasks = synthesized
     loaded = load_tasks(out)
