@@ -1,6 +1,7 @@
 """`pinpoint rl synthesize`: RL tasks made from a working repository by breaking it, as SWE-smith makes them.
 
-A source is a git checkout whose tests pass, and a test command that prints pytest's `-rA` summary (a SWE-bench
+A source is a git checkout whose tests pass, and a test command that prints pytest's `-rA` summary or is sympy's
+`bin/test` (a SWE-bench
 row: its repository at the base commit with the reference fix and the test patch applied, its tests run by its
 own image with the checkout's changes copied over /testbed; or a local repository with its own command). The tests
 are run twice as they are, then once more by id with `rl/synth_trace.py`'s tracer: the tests that pass all three
@@ -13,8 +14,8 @@ equivalent mutant changes nothing and is dropped), and not when the run hangs.
 A kept mutant becomes a local task (`rl/tasks.py`): its starting state is a commit of the mutant on a branch of the
 source's tasks repository (`pinpoint-synth/<task id>`), its gold patch the inverse edit, FAIL_TO_PASS the broken
 tests, PASS_TO_PASS the rest of the baseline (a kept mutant runs every baseline test once: see
-`rl/synth_trace.py`), its test command the source's command over both lists (exit 0 when
-every one passes: the harness's PASS_AND_FAIL rule), and a problem statement naming the failing tests and their
+`rl/synth_trace.py`), its test command the source's command over both lists (exit 0 when every one passes: the
+harness's PASS_AND_FAIL rule), and a problem statement naming the failing tests and their
 failures, never the edited file or line. Tasks are deduplicated by their mutant text; each has a difficulty
 estimate: how many tests it breaks, and how far the edit is from what the failures print (0: its file and line
 appear in a failing traceback, 1: its file does, 2: neither).
