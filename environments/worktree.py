@@ -124,6 +124,11 @@ class GitWorktreeRuntime(Runtime):
         raw = self._script(SNAPSHOT_SCRIPT + 'cat "$gd/pinpoint/base"\n', "recording the base state")
         self.base_commit = raw.output.decode().strip().splitlines()[-1]
 
+    def rebase(self) -> None:
+        """Record the tree as it is now (its HEAD, committed) as the base state that `diff()` and `reset()` are
+        relative to: a row's setup state, committed in the box, becomes where its episode and grading start."""
+        self._snapshot()
+
     def diff(self) -> str:
         """Git diff against the base commit; undecodable bytes kept via surrogateescape (encode back to apply)."""
         return self._script(DIFF_SCRIPT, "diff").output.decode("utf-8", errors="surrogateescape")

@@ -42,6 +42,7 @@ from pinpoint.rl.rewards import PRECISE_LAMBDA, LocalizationProgress, RewardKind
 from pinpoint.rl.suspects import KEPT, Found, oracle_suspects, suspects_message
 from pinpoint.rl.tasks import RlTask, task_from
 from pinpoint.swebench_eval.metrics import edit_metrics, edited_lines
+from pinpoint.swebench_eval.setup_patch import prepare
 from pinpoint.swebench_eval.sources import RepoSources
 from pinpoint.tools.base import DEFAULT_MAX_OUTPUT_CHARS, Tool
 from pinpoint.tools.protocol import Action, ActionError, describe_tools_for_text_mode, parse_action
@@ -308,10 +309,18 @@ class RepairEnv(gymnasium.Env):
             self.pool.release(runtime, broken=broken)
 
     def _acquire(self, task: RlTask, box: Box) -> Runtime:
+        """A reset box of the task's image (boxes are pooled by image) at the task's starting state."""
         try:
-            return self.pool.acquire(box.key, box.factory)
+            runtime = self.pool.acquire(box.key, box.factory)
         except (RuntimeFailure, PoolExhausted, OSError, ValueError) as exc:
             raise InfraFailure(f"{task.task_id}: no container: {type(exc).__name__}: {exc}") from exc
+        if task.instance is not None:
+            try:
+                prepare(runtime, task.instance)
+            except (RuntimeFailure, OSError) as exc:
+                self.pool.release(runtime, broken=True)
+                raise InfraFailure(f"{task.task_id}: {exc}") from exc
+        return runtime
 
     def _suspects(self, task: RlTask, box: Box, runtime: Runtime) -> Found:
         """The task's oracle suspects: cached, else computed in `runtime` (rl.suspects); a failure is kept for

@@ -74,7 +74,7 @@ def instance_source(instance_id: str, dataset: str | None, work_dir: Path, timeo
     fixed = [p.path for p in PatchSet(instance.patch) if p.path.endswith(".py")]
     traced = parser.__name__ != "parse_log_sympy"  # bin/test is not pytest
     return Source(instance_id, str(dest), command, tuple(test_directives(instance)), parser.__name__,
-                  tuple(_near(dest, fixed)), trace if traced else "")
+                  tuple(_near(dest, fixed)), trace if traced else "", instance)
 
 
 def _in_image(image: str, base_commit: str, test_cmd: str, timeout_s: float, traced: bool) -> str:

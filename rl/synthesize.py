@@ -11,18 +11,22 @@ runs only the baseline tests that reach its function (none: it is skipped as unr
 when at least one of them no longer passes (the suite's outcome, normalized to pass / not pass, differs: an
 equivalent mutant changes nothing and is dropped), and not when the run hangs.
 
-A kept mutant becomes a local task (`rl/tasks.py`): its starting state is a commit of the mutant on a branch of the
-source's tasks repository (`pinpoint-synth/<task id>`), its gold patch the inverse edit, FAIL_TO_PASS the broken
-tests, PASS_TO_PASS the rest of the baseline (a kept mutant runs every baseline test once: see
-`rl/synth_trace.py`), its test command the source's command over both lists (exit 0 when every one passes: the
-harness's PASS_AND_FAIL rule), and a problem statement naming the failing tests and their
-failures, never the edited file or line. Tasks are deduplicated by their mutant text; each has a difficulty
+A kept mutant is committed on a branch of the source's tasks repository (`pinpoint-synth/<task id>`). Its task's
+gold patch is the inverse edit, FAIL_TO_PASS the broken tests, PASS_TO_PASS the rest of the baseline (a kept mutant
+runs every baseline test once: see `rl/synth_trace.py`), and its problem statement names the failing tests and
+their failures, never the edited file or line. A SWE-bench row's mutant becomes a row of that row's image, as
+SWE-smith's tasks are: its setup patch (the reference fix and the mutant, over the non-test files) is applied in
+the box before the agent starts and before a grader applies a patch, and it is graded as any row is (the official
+eval script and log parser, the pooled grader). A local repository's mutant becomes a local task (`rl/tasks.py`):
+its starting state that commit, its test command the source's command over both lists (exit 0 when every one
+passes: the harness's PASS_AND_FAIL rule). Tasks are deduplicated by their mutant text; each has a difficulty
 estimate: how many tests it breaks, and how far the edit is from what the failures print (0: its file and line
 appear in a failing traceback, 1: its file does, 2: neither).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import os
@@ -39,6 +43,7 @@ from typing import Any
 from pinpoint.environments.errors import UsageError
 from pinpoint.localization.mutations import mutants
 from pinpoint.rl.synth_trace import EVERY, enclosing_function, parse_trace
+from pinpoint.swebench_eval.datasets import Instance
 
 #: what a test's status must be to count as passing (the official parsers' spelling)
 PASSED = "PASSED"
@@ -54,7 +59,7 @@ class Source:
     run there with test ids or files appended, `tests` what the baseline runs, `parser` the official log parser's
     name for the repository (`parse_log_pytest` for any pytest suite), `files` the files to mutate (empty: every
     non-test Python file), `trace_command` the test command with `rl/synth_trace.py`'s plugin loaded (empty: every
-    mutant runs every baseline test)."""
+    mutant runs every baseline test), `instance` the SWE-bench row it was made from."""
 
     name: str
     repo: str
@@ -63,6 +68,8 @@ class Source:
     parser: str = "parse_log_pytest"
     files: tuple[str, ...] = ()
     trace_command: str = ""
+    #: the SWE-bench row the repository is made from (its tasks are rows of its image); None: a local repository
+    instance: Instance | None = None
 
     def selecting(self, ids: list[str]) -> list[str]:
         """The arguments that run just the tests `ids`: pytest takes ids; sympy's bin/test takes its files and
@@ -288,15 +295,37 @@ def _try_mutant(source: Source, head: str, base: Baseline, path: str, original: 
     finally:
         file.write_text(original)
     kept = [test for test in base.passing if test not in broken]
+    statement, gold = problem_statement(broken, run.output), inverse_patch(path, mutant.code, original)
+    synthesis = {"source": source.name, "operator": mutant.operator, "file": path, "line": mutant.bug_line,
+                 "tests_broken": len(broken), "tests_run": len(tests),
+                 "distance": distance(path, mutant.bug_line, run.output)}
+    if source.instance is not None:
+        setup = setup_patch(source.repo, source.instance, commit)
+        return synthesized_row(source.instance, task_id, setup, gold, statement, broken, kept, synthesis)
     args = source.selecting(broken + kept)
     return {"task_id": task_id, "repo_path": source.repo, "base_commit": commit,
             "test_command": " ".join([source.test_command, *(shlex.quote(a) for a in args)]),
-            "problem_statement": problem_statement(broken, run.output),
-            "gold_patch": inverse_patch(path, mutant.code, original),
-            "FAIL_TO_PASS": broken, "PASS_TO_PASS": kept,
-            "synthesis": {"source": source.name, "operator": mutant.operator, "file": path,
-                          "line": mutant.bug_line, "tests_broken": len(broken), "tests_run": len(tests),
-                          "distance": distance(path, mutant.bug_line, run.output)}}
+            "problem_statement": statement, "gold_patch": gold, "FAIL_TO_PASS": broken, "PASS_TO_PASS": kept,
+            "synthesis": synthesis}
+
+
+def setup_patch(repo: str, instance: Instance, commit: str) -> str:
+    """The diff from the row's base commit to `commit` over the files its test patch leaves alone (the reference
+    fix and the mutant): the test files come from the test patch, as the official eval script applies it."""
+    tests = sorted({path for pair in re.findall(r"^diff --git a/(\S+) b/(\S+)", instance.test_patch, re.MULTILINE)
+                    for path in pair})
+    return _git(repo, "diff", "--binary", "--no-renames", instance.base_commit, commit, "--", ".",
+                *(f":(exclude,literal){path}" for path in tests)) + "\n"
+
+
+def synthesized_row(instance: Instance, task_id: str, setup: str, gold: str, statement: str, broken: list[str],
+                    kept: list[str], synthesis: dict[str, Any]) -> dict[str, Any]:
+    """A SWE-bench row of the source row's repository, version, base commit and environment (so its image), whose
+    setup patch makes the broken state and whose gold patch undoes the mutant: graded as any row is."""
+    row = dataclasses.replace(instance, instance_id=task_id, patch=gold, FAIL_TO_PASS=tuple(broken),
+                              PASS_TO_PASS=tuple(kept), problem_statement=statement, hints_text="",
+                              setup_patch=setup, extra={"synthesis": synthesis})
+    return row.to_row()
 
 
 def inverse_patch(path: str, mutant: str, original: str) -> str:

@@ -6,6 +6,7 @@ row number and the field, instead of failing halfway through an evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections.abc import Iterable, Iterator
@@ -25,6 +26,8 @@ def default_dataset() -> Path:
 
 _REQUIRED_STR = ("instance_id", "repo", "base_commit", "patch", "test_patch", "version")
 _TEST_LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
+#: how a synthesized row's id names the row it was made from: `<row>.synth-<hash>` (rl/synthesize.py)
+SYNTH_MARK = ".synth-"
 
 
 class DatasetError(PinpointError, ValueError):
@@ -47,12 +50,24 @@ class Instance:
     problem_statement: str = ""
     hints_text: str = ""
     created_at: str = ""
+    #: a diff over the non-test files applied before anything else (before an agent starts, before the patch a
+    #: grader grades): a synthesized row's starting state, its base commit's tree otherwise being the same as the
+    #: row it was made from; empty for a SWE-bench row
+    setup_patch: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def owner_name(self) -> str:
         """`owner__name`, the form repository archives and image names use."""
         return self.repo.replace("/", "__")
+
+    def image_row(self) -> Instance:
+        """The row whose instance image this row runs in: itself, or for a synthesized row (a setup patch over the
+        base commit of the row named before `.synth-` in its id) that row, so its tasks share one image."""
+        source, mark, _ = self.instance_id.rpartition(SYNTH_MARK)
+        if not self.setup_patch or not mark:
+            return self
+        return dataclasses.replace(self, instance_id=source, setup_patch="")
 
     def to_row(self) -> dict[str, Any]:
         """The row in the official dataset shape (test lists as JSON strings)."""
@@ -71,6 +86,8 @@ class Instance:
             hints_text=self.hints_text,
             created_at=self.created_at,
         )
+        if self.setup_patch:
+            row["setup_patch"] = self.setup_patch
         return row
 
 
@@ -100,8 +117,11 @@ def validate_row(row: Any, where: str) -> Instance:
     if not row["test_patch"].lstrip().startswith(("diff --git", "--- ")):
         raise DatasetError(f"{where}: field 'test_patch' is not a unified diff")
     tests = {name: _test_list(row.get(name, "[]"), where, name) for name in _TEST_LISTS}
+    setup = row.get("setup_patch") or ""
+    if not isinstance(setup, str) or (setup and not setup.lstrip().startswith(("diff --git", "--- "))):
+        raise DatasetError(f"{where}: field 'setup_patch' must be a unified diff (or empty)")
     known = set(_REQUIRED_STR) | set(_TEST_LISTS) | {"environment_setup_commit", "problem_statement", "hints_text",
-                                                    "created_at"}
+                                                    "created_at", "setup_patch"}
     return Instance(
         instance_id=row["instance_id"],
         repo=row["repo"],
@@ -115,6 +135,7 @@ def validate_row(row: Any, where: str) -> Instance:
         problem_statement=row.get("problem_statement") or "",
         hints_text=row.get("hints_text") or "",
         created_at=str(row.get("created_at") or ""),
+        setup_patch=setup,
         extra={k: v for k, v in row.items() if k not in known},
     )
 

@@ -22,6 +22,7 @@ from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.grading import grade_log, recorded_exit_code
 from pinpoint.swebench_eval.patches import PatchError, apply_patch
 from pinpoint.swebench_eval.scripts import eval_script
+from pinpoint.swebench_eval.setup_patch import prepare
 from pinpoint.swebench_eval.sources import RepoSources
 from pinpoint.swebench_eval.specs import spec_for
 from pinpoint.swebench_eval.tamper import conflicting_tests, guard_script, reverted_files
@@ -118,6 +119,7 @@ def evaluate_patch(
             pooled.warm_reset(runtime)
         else:
             runtime.reset()
+        prepare(runtime, instance)  # a synthesized row's starting state, before the patch
         return _run_in(runtime, instance, patch, verdict, out_dir, timeout, model_name, warm and not own_runtime)
     except RuntimeFailure as exc:
         verdict.outcome, verdict.detail = "container_failed", f"{type(exc).__name__}: {exc}"

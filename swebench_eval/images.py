@@ -149,7 +149,8 @@ def build_instance_image(instance: Instance, sources: RepoSources | None = None,
                          specs_path: str | None = None, shared_deps: bool = True) -> BuildRecord:
     """The instance's official image when $PINPOINT_OFFICIAL_IMAGES names where it can be had (official.py);
     else build (or reuse, or pull) the env, reference and instance layers of `instance`; raises environments'
-    BuildError on failure."""
+    BuildError on failure. A synthesized row runs in the image of the row it was made from."""
+    instance = instance.image_row()
     official = official_image(instance)
     if official is not None:
         return BuildRecord(None, official=official)
