@@ -16,6 +16,10 @@ defaults, which on a cgroup-v1 engine (cpu.shares 1024, no quota) pylint counts 
 `needs_two_cores` are skipped and, absent from the log, graded as failures. pinpoint applies the quota (the gold
 patches pass those tests only with it). A row that disagrees on such an instance is graded again in a one-CPU box; when
 that grading gives every official status, the differing tests are named cpu-bound, apart from the disagreements.
+
+Without conda, a package the env spec asks conda for that PyPI does not publish (cdms2) is missing from pinpoint's env
+image: a test that passed officially and that pinpoint's log says was skipped for want of it (swebench_eval.conda_only)
+is named conda-only, apart from the disagreements.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 from pinpoint.environments.errors import UsageError
 from pinpoint.environments.runtime import RuntimeSettings
+from pinpoint.swebench_eval.conda_only import conda_only_tests
 from pinpoint.swebench_eval.datasets import Instance
 from pinpoint.swebench_eval.layout import RunLayout
 from pinpoint.swebench_eval.predictions import Prediction, read_predictions
@@ -113,6 +118,7 @@ class RowAgreement:
     differ: dict[str, str] = field(default_factory=dict)  # test -> "official X, pinpoint Y"
     network: dict[str, str] = field(default_factory=dict)  # the same, for network-bound tests
     cpu: dict[str, str] = field(default_factory=dict)  # the same, for tests the one-CPU grading gives as officially
+    conda: dict[str, str] = field(default_factory=dict)  # the same, for tests skipped for want of a conda-only package
     cached: bool = False
 
     @property
@@ -121,7 +127,7 @@ class RowAgreement:
 
     @property
     def agrees(self) -> bool:
-        """The verdict and every test status agree, network-bound and cpu-bound tests aside."""
+        """The verdict and every test status agree, network-bound, cpu-bound and conda-only tests aside."""
         return self.verdict_agrees and not self.differ
 
     @property
@@ -136,24 +142,33 @@ class RowAgreement:
         return not self.verdict_agrees and not self.differ and not self.network and bool(self.cpu)
 
     @property
+    def conda_only(self) -> bool:
+        """The verdicts differ, and only conda-only tests (no network- or cpu-bound one) do: the official env had
+        a package no PyPI distribution provides."""
+        return not self.verdict_agrees and not self.differ and not self.network and not self.cpu and bool(self.conda)
+
+    @property
     def label(self) -> str:
         if self.agrees:
             return "agree"
-        return "network-bound" if self.network_bound else "cpu-bound" if self.cpu_bound else "DISAGREE"
+        return ("network-bound" if self.network_bound else "cpu-bound" if self.cpu_bound else
+                "conda-only" if self.conda_only else "DISAGREE")
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "verdict_agrees": self.verdict_agrees, "agrees": self.agrees,
-                "network_bound": self.network_bound, "cpu_bound": self.cpu_bound}
+                "network_bound": self.network_bound, "cpu_bound": self.cpu_bound, "conda_only": self.conda_only}
 
 
 def compare(instance: Instance, official: dict[str, Any], pinpoint: dict[str, Any], log_text: str,
-            outcome: str, cached: bool = False) -> RowAgreement:
-    """The agreement of pinpoint's report entry (and its eval log) with the official one on `instance`."""
+            outcome: str, cached: bool = False, conda_skipped: frozenset[str] = frozenset()) -> RowAgreement:
+    """The agreement of pinpoint's report entry (and its eval log) with the official one on `instance`;
+    `conda_skipped`: the tests (parameters aside) the log says were skipped for want of a conda-only package."""
     theirs, ours = required_statuses(official, instance), required_statuses(pinpoint, instance)
     row = RowAgreement(instance.instance_id, bool(official.get("resolved")), outcome, len(theirs), cached=cached)
     for test, status in theirs.items():
         if ours[test] != status:
-            where = row.network if network_bound(test, log_text) else row.differ
+            conda = status == "success" and test.split("[", 1)[0] in conda_skipped
+            where = row.network if network_bound(test, log_text) else row.conda if conda else row.differ
             where[test] = f"official {status}, pinpoint {ours[test]}"
     return row
 
@@ -165,7 +180,8 @@ def _graded_row(instance: Instance, prediction: Prediction, official: dict[str, 
     log = layout.with_model(prediction.model_name_or_path).eval_dir(instance.instance_id) / "test_output.txt"
     log_text = log.read_text(errors="replace") if log.exists() else ""
     entry = verdict.report.get(instance.instance_id, {})
-    return compare(instance, official, entry, log_text, verdict.outcome, cached=reused)
+    skipped = frozenset(conda_only_tests(instance, log_text, sources or RepoSources()))
+    return compare(instance, official, entry, log_text, verdict.outcome, cached=reused, conda_skipped=skipped)
 
 
 def declares_cpus(instance: Instance) -> bool:
@@ -216,6 +232,8 @@ def bench_published(run: PublishedRun, instances: list[Instance], layout_root: P
         "rows_cpu_bound": [r.instance_id for r in rows if r.cpu_bound],
         "rows_disagree": [r.instance_id for r in rows if r.label == "DISAGREE"],
         "tests_cpu_bound": sum(len(r.cpu) for r in rows),
+        "rows_conda_only": [r.instance_id for r in rows if r.conda_only],
+        "tests_conda_only": sum(len(r.conda) for r in rows),
         "infra_failures": [r.instance_id for r in rows if r.pinpoint_outcome not in
                            ("resolved", "unresolved", "patch_failed", "no_test_output")],
         "rows": [r.to_json() for r in rows],
@@ -226,12 +244,14 @@ def format_row(row: RowAgreement) -> str:
     """One line: the verdicts, whether they and the tests agree, and the first differing tests by name."""
     official = "resolved" if row.official_resolved else "unresolved"
     parts = [f"{row.instance_id:<28}", f"{row.label:<13}", f"official {official:<10}", f"pinpoint {row.pinpoint_outcome:<14}",
-             f"tests {row.tests - len(row.differ) - len(row.network) - len(row.cpu)}/{row.tests} equal"]
+             f"tests {row.tests - len(row.differ) - len(row.network) - len(row.cpu) - len(row.conda)}/{row.tests} equal"]
     if row.network:
         parts.append(f"network-bound {len(row.network)}: " + "; ".join(f"{t} ({s})" for t, s in
                                                                       list(row.network.items())[:3]))
     if row.cpu:
         parts.append(f"cpu-bound {len(row.cpu)}: " + "; ".join(f"{t} ({s})" for t, s in list(row.cpu.items())[:3]))
+    if row.conda:
+        parts.append(f"conda-only {len(row.conda)}: " + "; ".join(f"{t} ({s})" for t, s in list(row.conda.items())[:3]))
     if row.differ:
         parts.append(f"differ {len(row.differ)}: " + "; ".join(f"{t} ({s})" for t, s in list(row.differ.items())[:3]))
     if row.cached:
@@ -240,9 +260,12 @@ def format_row(row: RowAgreement) -> str:
 
 
 def format_totals(figures: dict[str, Any]) -> str:
+    """The run's line: rows and tests that agree, and those set apart by cause."""
+    apart = figures["tests_network_bound"] + figures["tests_cpu_bound"] + figures["tests_conda_only"]
+    equal = figures["tests_total"] - figures["tests_differ"] - apart
     return (f"{figures['run']}: rows agree {figures['rows_agree']}/{figures['rows_total']}, network-bound "
-            f"{len(figures['rows_network_bound'])}, cpu-bound {len(figures['rows_cpu_bound'])} (verdicts agree {figures['verdicts_agree']}/{figures['rows_total']});"
-            " tests equal "
-            f"{figures['tests_total'] - figures['tests_differ'] - figures['tests_network_bound'] - figures['tests_cpu_bound']}/"
-            f"{figures['tests_total']}, {figures['tests_network_bound']} network-bound, {figures['tests_cpu_bound']} cpu-bound, "
+            f"{len(figures['rows_network_bound'])}, cpu-bound {len(figures['rows_cpu_bound'])}, conda-only "
+            f"{len(figures['rows_conda_only'])} (verdicts agree {figures['verdicts_agree']}/{figures['rows_total']});"
+            f" tests equal {equal}/{figures['tests_total']}, {figures['tests_network_bound']} network-bound, "
+            f"{figures['tests_cpu_bound']} cpu-bound, {figures['tests_conda_only']} conda-only, "
             f"{figures['tests_differ']} differ; infrastructure failures {len(figures['infra_failures'])}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pinpoint.swebench_eval.datasets import Instance
-from pinpoint.swebench_eval.specs import EnvInputs, modified_test_files, test_command
+from pinpoint.swebench_eval.specs import PURE_PYTHON_SDISTS, EnvInputs, modified_test_files, test_command
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 from swebench.harness.utils import record_test_exit_code
 
@@ -224,7 +224,8 @@ def env_script(inputs: EnvInputs, shared_pins: tuple[str, ...] = ()) -> str:
         # conda's environment.yml: each name as a binary wheel that agrees with the spec's pins, or skipped
         lines += [_heredoc("/tmp/constraints.txt", "\n".join(inputs.pip_packages)),
                   f"for pkg in {' '.join(shlex.quote(n) for n in inputs.packages.split())}; do",
-                  '  python -m pip install --only-binary :all: -c /tmp/constraints.txt "$pkg"'
+                  f'  python -m pip install --only-binary :all: --no-binary {",".join(PURE_PYTHON_SDISTS)}'
+                  ' -c /tmp/constraints.txt "$pkg"'
                   ' || echo "pinpoint: skipped $pkg (no wheel agreeing with the pins)"',
                   "done", "rm /tmp/constraints.txt"]
     if shared_pins:

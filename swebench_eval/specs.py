@@ -41,6 +41,13 @@ CONDA_TO_PIP = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-
 #: conda packages whose PyPI wheel lacks the C library conda ships with them: installed, they break at import with
 #: an error other than ImportError (cfgrib: "ecCodes library not found"), which test collection does not skip
 NEEDS_CONDA_LIBRARY = {"cfgrib"}
+#: conda packages PyPI does not publish at all (checked with `pip index versions`): not tried; a test skipped for
+#: want of one is named apart by `pinpoint bench published`, as the official conda env had it
+CONDA_ONLY = frozenset({"cdms2", "hdf5"})
+#: pure-Python dependencies that PyPI publishes only as source (conda-forge ships them as noarch builds): an
+#: environment.yml name is installed as wheels only, except these, without which pip refuses the names that need
+#: them (scitools-iris via cf-units: antlr4-python3-runtime; zarr: asciitree; pydap: docopt)
+PURE_PYTHON_SDISTS = ("antlr4-python3-runtime", "asciitree", "docopt")
 #: yanked packages the official harness swaps, without their version pin (clean_requirements)
 REPLACE_REQ_PACKAGES = [("types-pkg_resources", "types-setuptools")]
 
@@ -126,23 +133,38 @@ def _requirements_text(instance: Instance, sources: RepoSources) -> str:
     return body
 
 
-def _environment_yml_requirements(instance: Instance, sources: RepoSources) -> str | None:
-    """Conda's environment.yml as pip distribution names (None when the file is not in the offline history).
-
-    There is no conda here, so conda-only entries are dropped by the build step (each name is tried on its own
-    against the spec's pins; see scripts.env_script)."""
+def _environment_yml_names(instance: Instance, sources: RepoSources) -> list[str] | None:
+    """The conda and pip names of the instance's environment.yml (None when the offline history lacks the file)."""
     found = _setup_file(instance, sources, ENV_YML_PATHS.get(instance.repo, []))
     if found is None:
         return None
-    deps = yaml.safe_load(found[2]).get("dependencies", [])
     names: list[str] = []
-    for dep in deps:
-        items = dep.get("pip", []) if isinstance(dep, dict) else [dep]
-        for item in items:
+    for dep in yaml.safe_load(found[2]).get("dependencies", []):
+        for item in dep.get("pip", []) if isinstance(dep, dict) else [dep]:
             name = re.split(r"[<>=!~ ]", str(item).strip(), maxsplit=1)[0]
-            if name and name not in ("python", "pip") and name not in NEEDS_CONDA_LIBRARY:
-                names.append(CONDA_TO_PIP.get(name, name))
-    return "\n".join(sorted(set(names)))
+            if name and name not in ("python", "pip"):
+                names.append(name)
+    return names
+
+
+def _environment_yml_requirements(instance: Instance, sources: RepoSources) -> str | None:
+    """Conda's environment.yml as pip distribution names (None when the file is not in the offline history).
+
+    There is no conda here: names PyPI lacks are left out, and a name without a wheel agreeing with the spec's pins
+    is skipped by the build step (each name is tried on its own; see scripts.env_script)."""
+    names = _environment_yml_names(instance, sources)
+    if names is None:
+        return None
+    kept = [CONDA_TO_PIP.get(n, n) for n in names if n not in NEEDS_CONDA_LIBRARY | CONDA_ONLY]
+    return "\n".join(sorted(set(kept)))
+
+
+def conda_only_packages(instance: Instance, sources: RepoSources) -> list[str]:
+    """The packages the instance's env spec asks conda for that no PyPI distribution provides (so its env image
+    lacks them)."""
+    if spec_for(instance).get("packages") != "environment.yml":
+        return []
+    return sorted(set(_environment_yml_names(instance, sources) or []) & CONDA_ONLY)
 
 
 def _setup_file(instance: Instance, sources: RepoSources, paths: list[str]) -> tuple[str, str, str] | None:

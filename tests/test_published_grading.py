@@ -221,3 +221,77 @@ def test_a_graded_row_is_reused_on_the_next_invocation(tmp_path):
     again = _cli("bench", "published", str(RUN), "-i", FLASK, "--output", str(tmp_path))
     assert again.returncode == 0 and "(graded earlier)" in again.stdout
     assert "rows agree 1/1" in again.stdout
+
+
+# -- tests skipped for want of a package only conda provides ---------------------------------------------------------
+
+XARRAY = "pydata__xarray-6992"
+CDMS2_TESTS = ["xarray/tests/test_dataarray.py::TestDataArray::test_to_and_from_cdms2_classic",
+               "xarray/tests/test_dataarray.py::TestDataArray::test_to_and_from_cdms2_ugrid"]
+#: the short summary of pinpoint's grading of the published patch (its env image has no cdms2): the importorskip
+#: calls of test_to_and_from_cdms2_classic, _sgrid and _ugrid, at the base commit with the test patch applied
+CDMS2_SKIPS = """SKIPPED [1] xarray/tests/test_dataarray.py:3423: could not import 'cdms2': No module named 'cdms2'
+SKIPPED [1] xarray/tests/test_dataarray.py:3465: could not import 'cdms2': No module named 'cdms2'
+SKIPPED [1] xarray/tests/test_dataarray.py:3491: could not import 'cdms2': No module named 'cdms2'
+"""
+
+
+def _graded_without(root: Path, missing: list[str], log: str) -> None:
+    """What a grading of the published xarray patch left: its patch, a report where every required test has its
+    official status except `missing` (absent from the log, so failed), and the log's short summary `log`."""
+    run = load_published(RUN)
+    official = json.loads(json.dumps(run.official[XARRAY]))
+    p2p = official["tests_status"]["PASS_TO_PASS"]
+    p2p["success"] = [t for t in p2p["success"] if t not in missing]
+    p2p["failure"] += missing
+    folder = root / f"published-{RUN.name}" / run.predictions[XARRAY].model_name_or_path / "eval" / XARRAY
+    folder.mkdir(parents=True)
+    (folder / "patch.diff").write_text(run.predictions[XARRAY].model_patch)
+    (folder / "test_output.txt").write_text(log)
+    write_report(InstanceReport(XARRAY, "unresolved", report={XARRAY: official}), folder)
+
+
+@pytest.mark.parametrize("package", ["cdms2", "zarr"])
+def test_a_test_skipped_for_want_of_a_conda_only_package_is_named_and_only_then(tmp_path, package):
+    """cdms2 is in the env spec and on no package index: its skipped tests are conda-only, printed on the row and
+    in the totals, and the row agrees (exit 0). A test skipped for want of zarr (PyPI has it, so the env image
+    should) stays a disagreement (exit 1)."""
+    _graded_without(tmp_path, CDMS2_TESTS, CDMS2_SKIPS.replace("cdms2", package))
+    result = _cli("bench", "published", str(RUN), "-i", XARRAY, "--output", str(tmp_path))
+    if package == "cdms2":
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "conda-only 2: " + CDMS2_TESTS[0] + " (official success, pinpoint failure)" in result.stdout
+        assert "rows agree 1/1" in result.stdout and "2 conda-only, 0 differ" in result.stdout
+    else:
+        assert result.returncode == 1 and "DISAGREE" in result.stdout and "conda-only 2" not in result.stdout
+        assert "2 differ" in result.stdout
+
+
+def test_a_row_whose_verdict_differs_only_by_conda_only_tests_is_labelled_so():
+    """The official harness passed the cdms2 tests and resolved the row; pinpoint skipped them: the verdicts
+    differ, for want of cdms2 alone."""
+    row = load_instances(ids=[XARRAY])[0]
+    official = json.loads(json.dumps(load_published(RUN).official[XARRAY]))
+    official["resolved"] = True
+    ours = json.loads(json.dumps(official))
+    ours["tests_status"]["PASS_TO_PASS"]["success"].remove(CDMS2_TESTS[0])
+    ours["tests_status"]["PASS_TO_PASS"]["failure"].append(CDMS2_TESTS[0])
+    skipped = frozenset(t.split("[")[0] for t in CDMS2_TESTS)
+    assert compare(row, official, ours, CDMS2_SKIPS, "unresolved", conda_skipped=skipped).label == "conda-only"
+    assert compare(row, official, ours, CDMS2_SKIPS, "unresolved").label == "DISAGREE"
+
+
+def test_the_skipped_tests_are_found_by_the_lines_of_their_skips():
+    """An importorskip in a test's body and a skip mark on its class (reported at the test's first line) both
+    name their test; a skip elsewhere names none."""
+    from pinpoint.swebench_eval.conda_only import conda_only_tests, functions_holding
+
+    instance = load_instances(ids=[XARRAY])[0]
+    sources = RepoSources(paths.repos_dir())
+    assert conda_only_tests(instance, CDMS2_SKIPS, sources) == {
+        *CDMS2_TESTS, "xarray/tests/test_dataarray.py::TestDataArray::test_to_and_from_cdms2_sgrid"}
+    source = "import pytest\n\n@pytest.mark.skipif(True, reason='requires iris')\nclass TestIris:\n" \
+             "    @pytest.mark.parametrize('x', [1])\n    def test_a(self, x):\n        pass\n\n\ndef helper():\n    pass\n"
+    assert functions_holding(source, {5}) == {"TestIris::test_a"}
+    assert functions_holding(source, {10}) == set()
+    assert conda_only_tests(instance, CDMS2_SKIPS.replace("cdms2", "iris"), sources) == set()
