@@ -7,6 +7,8 @@ overlay copies a changed file whole), and its `.git` only the objects its tree h
 layer (docs/harness.md, "Bytes per instance, per repository"); the install part of a row's layer is not counted here
 (measure it on built images with `swebench_eval.images.top_layer_files`).
 
+The floor: what any overlay layering of the same trees must store at least (see `floor`).
+
     python lab/scripts/layer_chain_bytes.py --repo sympy/sympy [--ids ID ...] [--verbose]
 """
 
@@ -79,6 +81,17 @@ def chain(git_dir: Path, commits: list[str]) -> list[Link]:
     return links
 
 
+def floor(git_dir: Path, commits: list[str]) -> Link:
+    """What any overlay layering of these trees stores at least: every distinct (path, content) once (a box reads
+    each file of its tree from some layer, stored whole), and every distinct object once as a loose object."""
+    versions: dict[tuple[str, str], int] = {}
+    objects: set[str] = set()
+    for commit in dict.fromkeys(commits):
+        versions.update({(path, sha): size for path, (sha, size) in _blobs(git_dir, commit).items()})
+        objects |= _objects(git_dir, commit)
+    return Link("", sum(versions.values()), _loose_bytes(git_dir, sorted(objects)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="owner/name, e.g. sympy/sympy")
@@ -87,7 +100,8 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every link")
     args = parser.parse_args()
     rows = load_instances(args.dataset, ids=args.ids, repos=[args.repo])
-    links = chain(archive_dir(RepoSources(), args.repo), [row.base_commit for row in rows])
+    git_dir, commits = archive_dir(RepoSources(), args.repo), [row.base_commit for row in rows]
+    links, least = chain(git_dir, commits), floor(git_dir, commits)
     if args.verbose:
         for link in links:
             print(f"{link.commit[:8]} files {link.files / 1e6:6.2f} MB  objects {link.objects / 1e6:6.2f} MB")
@@ -97,7 +111,8 @@ def main() -> None:
     print(f"{args.repo}: {len(links)} base commits; first layer {(first.files + first.objects) / 1e6:.2f} MB; "
           f"mean link after it {after / 1e6:.2f} MB; chain per row {total / len(links) / 1e6:.2f} MB "
           f"(files {sum(link.files for link in links) / len(links) / 1e6:.2f}, "
-          f"objects {sum(link.objects for link in links) / len(links) / 1e6:.2f})")
+          f"objects {sum(link.objects for link in links) / len(links) / 1e6:.2f}); floor per row: distinct file "
+          f"versions {least.files / len(links) / 1e6:.2f}, distinct objects {least.objects / len(links) / 1e6:.2f}")
 
 
 if __name__ == "__main__":

@@ -34,3 +34,14 @@ def test_links_follow_commit_time_and_hold_only_the_changed_files(tmp_path):
     assert links[0].files == 6000 + 6
     assert links[1].files == 6  # big.py is unchanged: the link does not store it again
     assert 0 < links[1].objects < links[0].objects  # the new blob, the new root tree
+
+
+def test_the_floor_counts_each_file_version_once_however_many_trees_hold_it(tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    first = _commit(repo, 1_600_000_000, {"a.py": "a\n" * 100})
+    second = _commit(repo, 1_600_000_100, {"a.py": "b\n" * 100})
+    third = _commit(repo, 1_600_000_200, {"a.py": "a\n" * 100})  # back to the first version
+    least = layer_chain_bytes.floor(repo / ".git", [first, second, third])
+    assert least.files == 400  # two distinct versions of a.py, 200 bytes each
+    assert sum(link.files for link in layer_chain_bytes.chain(repo / ".git", [first, second, third])) == 600
