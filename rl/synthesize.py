@@ -314,8 +314,12 @@ def setup_patch(repo: str, instance: Instance, commit: str) -> str:
     fix and the mutant): the test files come from the test patch, as the official eval script applies it."""
     tests = sorted({path for pair in re.findall(r"^diff --git a/(\S+) b/(\S+)", instance.test_patch, re.MULTILINE)
                     for path in pair})
-    return _git(repo, "diff", "--binary", "--no-renames", instance.base_commit, commit, "--", ".",
-                *(f":(exclude,literal){path}" for path in tests)) + "\n"
+    args = ["diff", "--binary", "--no-renames", instance.base_commit, commit, "--", ".",
+            *(f":(exclude,literal){path}" for path in tests)]
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"git diff in {repo}: {proc.stderr.strip()[:300]}")
+    return proc.stdout  # not stripped: a patch may end with a blank context line (one space)
 
 
 def synthesized_row(instance: Instance, task_id: str, setup: str, gold: str, statement: str, broken: list[str],

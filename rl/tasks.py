@@ -1,5 +1,6 @@
-"""What an episode works on: a SWE-bench row (graded in the instance's image as the official harness grades it) or a
-local task (a git repository on the host with a test command: trusted code, no container).
+"""What an episode works on: a SWE-bench row (graded in the instance's image as the official harness grades it; a
+row synthesized from another by `rl synthesize` runs in that row's image from its `setup_patch`) or a local task
+(a git repository on the host with a test command: trusted code, no container).
 
 A tasks file is JSONL. Each line is one of:
 
@@ -11,6 +12,7 @@ A tasks file is JSONL. Each line is one of:
 from __future__ import annotations
 
 import functools
+import gzip
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,12 +100,13 @@ def _instance(dataset: Any, instance_id: Any, where: str) -> Instance:
 
 
 def load_tasks(path: Path, dataset: str | None = None) -> list[RlTask]:
-    """The tasks of a JSONL file; rows naming only an instance id are looked up in `dataset` (one load)."""
+    """The tasks of a JSONL file (gzipped when its name ends in .gz); rows naming only an instance id are looked up
+    in `dataset` (one load)."""
     rows: list[tuple[str, dict]] = []
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read tasks file {path}: {exc.strerror or exc}") from None
+        text = gzip.decompress(path.read_bytes()).decode() if path.name.endswith(".gz") else path.read_text()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read tasks file {path}: {getattr(exc, 'strerror', None) or exc}") from None
     for number, row, not_json in jsonl_records(text):
         if not_json:
             raise UsageError(f"{path}:{number}: not JSON ({not_json})")
