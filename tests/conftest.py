@@ -15,6 +15,18 @@ DEV_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 os.environ.setdefault("PINPOINT_SHARED_DATA", str(DEV_DATA))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (README's `-n 2 --dist loadgroup`), every test of a module that needs the Docker engine or Ray
+    runs on one worker, in file order: those modules share the engine, its images, Ray's ports and the second
+    node's network, and their nothing-left-behind checks look at the whole engine. The rest spread over the
+    workers. Without xdist the group marker does nothing."""
+    shared = {item.module for item in items
+              if item.get_closest_marker("docker") or item.get_closest_marker("serial")}
+    for item in items:
+        if item.module in shared:
+            item.add_marker(pytest.mark.xdist_group("engine"))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_user_config(tmp_path_factory: pytest.TempPathFactory):
     """Every test (and the CLI it starts in a subprocess) reads an empty XDG config folder, never the developer's

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 #: the driver, in a fresh process as the CLI's is (an earlier `ray.init` in this test process leaves Ray's

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pinpoint.environments.executor import Item, LocalExecutor, assign_groups
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def _rollout(tasks: Path, out: Path, *backend: str) -> subprocess.CompletedProcess:
