@@ -48,7 +48,8 @@ def prepare(box: GitWorktreeRuntime, instance: Instance, timeout: float = 120.0)
     image_commit = box.base_commit
     box.write_file(_PATCH_FILE, instance.setup_patch if instance.setup_patch.endswith("\n")
                    else instance.setup_patch + "\n")
-    _run(box, f"{_GIT} apply --index {_PATCH_FILE} && rm -f {_PATCH_FILE} && "
+    # an image's build leaves stale stat data in the index, which `apply --index` would take for changed files
+    _run(box, f"{_GIT} update-index -q --refresh; {_GIT} apply --index {_PATCH_FILE} && rm -f {_PATCH_FILE} && "
               f"{_GIT} commit -q --no-verify -m {shlex.quote('pinpoint setup ' + instance.instance_id)}",
          f"applying the setup patch of {instance.instance_id}", timeout)
     box.rebase()
