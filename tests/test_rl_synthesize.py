@@ -1,7 +1,8 @@
 """`pinpoint rl synthesize` on a real repository (the demo's, with its pytest suite): the tasks it keeps are real
 bugs that the gold patch fixes and the empty patch does not, graded by RepairEnv as any local task, and they load
-as a tasks file for `rl dataset` (slow); and, fast, which tests the tracer says reach an edit in a real pytest run,
-and how problem statements quote pytest's and sympy's failures."""
+as a tasks file for `rl dataset` (slow); and, fast, that a SWE-bench row's mutants are written as rows of its image
+(a setup patch over its base commit), which tests the tracer says reach an edit in a real pytest run, and how
+problem statements quote pytest's and sympy's failures."""
 
 from __future__ import annotations
 
@@ -19,14 +20,17 @@ from pinpoint.rl.synth_run import run_synthesis
 from pinpoint.rl.synth_sources import local_source
 from pinpoint.rl.synth_trace import enclosing_function
 from pinpoint.rl.synthesize import (
+    Source,
     SynthSettings,
     baseline,
     inverse_patch,
     problem_statement,
     reaching,
+    synthesize,
     verify_task,
 )
 from pinpoint.rl.tasks import load_tasks
+from pinpoint.swebench_eval.datasets import validate_row
 
 TEST_COMMAND = "python -m pytest -q -p no:cacheprovider -rA --tb=short"
 
@@ -81,6 +85,52 @@ def test_repair_env_rewards_synthesized_tasks_like_any_task(synthesized, tmp_pat
         assert empty == 0.0
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def test_a_rows_mutants_are_rows_of_its_image_with_a_setup_patch(tmp_path: Path) -> None:
+    """A source made from a row (its base commit, then its fix and test patch committed) writes each kept mutant as
+    a row of that row: its base commit, test patch and environment, the broken state as a setup patch over the
+    non-test files, which with the test patch gives exactly the mutant's commit."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "m.py").write_text("def f(x):\n    return x\n")
+    (repo / "tests" / "test_m.py").write_text("from pkg.m import f\n\n\ndef test_zero():\n    assert f(0) == 0\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "pkg" / "m.py").write_text("def f(x):\n    return x + 1\n")
+    (repo / "tests" / "test_m.py").write_text("from pkg.m import f\n\n\ndef test_f():\n    assert f(1) == 2\n")
+    test_patch = _git(repo, "diff", "--", "tests")
+    _git(repo, "commit", "-qam", "reference fix and tests")
+    row = validate_row({"instance_id": "o__n-1", "repo": "o/n", "base_commit": base, "version": "1.0",
+                        "patch": _git(repo, "diff", base, "HEAD", "--", "pkg"), "test_patch": test_patch,
+                        "environment_setup_commit": base, "FAIL_TO_PASS": ["tests/test_m.py::test_f"]}, "row")
+    source = Source("o__n-1", str(repo), f"{sys.executable} -m pytest -p no:cacheprovider -rA",
+                    ("tests/test_m.py",), files=("pkg/m.py",), instance=row)
+    result = synthesize(source, SynthSettings(max_mutants=4, timeout_s=60))
+    assert result.tasks, result.stats
+    for task in result.tasks:
+        made = validate_row(task, "task")
+        assert made.instance_id.startswith("o__n-1.synth-") and made.image_row().instance_id == "o__n-1"
+        assert (made.base_commit, made.test_patch, made.environment_setup_commit) == (base, test_patch, base)
+        assert made.FAIL_TO_PASS == ("tests/test_m.py::test_f",) and "repo_path" not in task
+        assert "tests/test_m.py" not in made.setup_patch and made.patch != row.patch
+        branch = f"pinpoint-synth/{made.instance_id}"
+        _git(repo, "checkout", "-q", base)
+        for patch in (made.setup_patch, made.test_patch):
+            subprocess.run(["git", "apply", "-"], cwd=repo, input=patch, text=True, check=True)
+        assert _git(repo, "diff", branch) == ""  # the mutant's state, from the base commit
+        subprocess.run(["git", "apply", "-"], cwd=repo, input=made.patch, text=True, check=True)
+        assert _git(repo, "diff", branch + "~1") == ""  # the gold patch undoes the mutant
+        _git(repo, "checkout", "-qf", "master" if "master" in _git(repo, "branch") else "main")
+
+
 def test_the_gold_patch_is_the_inverse_edit_and_the_statement_quotes_failures() -> None:
     patch = inverse_patch("pkg/m.py", "x = 2\n", "x = 1\n")
     assert patch.startswith("diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n")
@@ -128,3 +178,15 @@ def test_a_sympy_failure_is_quoted_by_its_last_traceback_line() -> None:
               "\n= tests finished: 1 passed, 2 failed, in 0.50 seconds =\nDO *NOT* COMMIT!\n")
     text = problem_statement(["test_Float", "test_Mul"], output)
     assert "- test_Float: AssertionError\n- test_Mul: ValueError: bad" in text
+
+
+def test_a_sympy_test_the_official_parser_cannot_see_in_a_whole_file_run_is_never_a_label(tmp_path: Path) -> None:
+    """bin/test ends a file's last test line with `[OK]`, which the official parser skips: the official eval script
+    runs whole files, so that test would be missing from every grading of a row that names it."""
+    (tmp_path / "log.txt").write_text(
+        "sympy/printing/tests/test_str.py[3] \ntest_a ok\ntest_b ok\n"
+        "test_c ok                                                                   [OK]\n\n"
+        "================== tests finished: 3 passed, in 0.10 seconds ===================\n")
+    source = Source("s", str(tmp_path), "cat log.txt; true", ("sympy/printing/tests/test_str.py",),
+                    parser="parse_log_sympy")
+    assert baseline(source, 30).passing == ["test_a", "test_b"]
