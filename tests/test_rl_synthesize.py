@@ -190,3 +190,36 @@ def test_a_sympy_test_the_official_parser_cannot_see_in_a_whole_file_run_is_neve
     source = Source("s", str(tmp_path), "cat log.txt; true", ("sympy/printing/tests/test_str.py",),
                     parser="parse_log_sympy")
     assert baseline(source, 30).passing == ["test_a", "test_b"]
+
+
+def _tiny_repo(path: Path) -> Path:
+    (path / "pkg").mkdir(parents=True)
+    (path / "pkg" / "__init__.py").write_text("")
+    (path / "pkg" / "m.py").write_text("def f(x):\n    return x + 1\n")
+    (path / "test_m.py").write_text("from pkg.m import f\n\n\ndef test_f():\n    assert f(1) == 2\n")
+    _git(path, "init", "-q")
+    _git(path, "add", "-A")
+    _git(path, "commit", "-qm", "tiny")
+    return path
+
+
+def test_a_rerun_with_the_same_output_resumes_after_the_finished_sources(tmp_path: Path) -> None:
+    """A killed run loses only the source in progress: its tasks written before it was recorded as finished are
+    dropped and it is synthesized again; a finished source is skipped, its tasks and their commits kept."""
+    first, second = _tiny_repo(tmp_path / "first"), _tiny_repo(tmp_path / "second")
+    specs = [{"repo": str(repo), "test_command": f"{sys.executable} -m pytest -p no:cacheprovider -rA"}
+             for repo in (first, second)]
+    out, settings = tmp_path / "tasks.jsonl", SynthSettings(max_mutants=2, timeout_s=60)
+    (done,) = run_synthesis(specs[:1], out, settings)
+    assert done["kept"] and not done.get("resumed")
+    before = out.read_text()
+    stale = json.loads(before.splitlines()[0]) | {"task_id": "second.synth-0", "synthesis": {"source": "second"}}
+    out.write_text(before + json.dumps(stale) + "\n" + '{"task_id": "cut sh')  # killed while writing `second`
+    stats = run_synthesis(specs, out, settings)
+    assert [s.get("resumed", False) for s in stats] == [True, False] and stats[0] == {**done, "resumed": True}
+    tasks = [json.loads(line) for line in out.read_text().splitlines()]
+    assert out.read_text().startswith(before) and "second.synth-0" not in out.read_text()
+    assert {t["synthesis"]["source"] for t in tasks} == {"first", "second"}
+    assert len({t["task_id"] for t in tasks}) == len(tasks) == done["kept"] + stats[1]["kept"]
+    for task in tasks:  # the finished source's repository was left alone: its tasks' commits are still there
+        _git(Path(task["repo_path"]), "cat-file", "-e", task["base_commit"])
