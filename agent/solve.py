@@ -83,10 +83,12 @@ def solve(instance: Instance, config: Config, layout: RunLayout, sources: RepoSo
     """Run the agent on `instance` in the box its grader uses; the image is built first when missing; `fresh`
     drops an earlier run's checkpoint instead of resuming it."""
     from pinpoint.swebench_eval.runtime import runtime_for
+    from pinpoint.swebench_eval.setup_patch import prepare
 
     runtime, record = runtime_for(instance, config.runtime, sources)
     task = Task(instance.instance_id, instance.problem_statement, repo=instance.repo)
     with runtime:
+        prepare(runtime, instance)  # a synthesized row's starting state
         localizers = oracle_localizers(instance, runtime, config) if config.agent.oracle_tests else None
         return run_task(task, runtime, config, run_dir=layout.trajectory_dir(instance.instance_id),
                         localizers=localizers, fresh=fresh, on_progress=on_progress,
