@@ -79,14 +79,24 @@ _ROWS: dict[Path, tuple[tuple, dict | None]] = {}
 def _trajectory_row(found: Found, path: Path) -> dict | None:
     """The row of one trajectory, recomputed only when it or its report changed (a batch rewrites trajectories
     every step; the index is rebuilt on every change, so unchanged rows must cost a stat, not a parse)."""
+    from pinpoint.agent.fix import FINAL_TESTS
+
     report = report_path(path)
-    key = (stamp(path), stamp(report) if report else None, key_of(found, path))
+    key = (stamp(path), stamp(report) if report else None, stamp(path.parent / FINAL_TESTS), key_of(found, path))
     cached = _ROWS.get(path)
     if cached and cached[0] == key:
         return cached[1]
     row = _row_of(found, path)
     _ROWS[path] = (key, row)
     return row
+
+
+def _final_tests_ok(path: Path) -> bool | None:
+    """Whether `fix`'s own run of the test command passed on the final patch (None: no such run beside it)."""
+    from pinpoint.agent.fix import FINAL_TESTS
+
+    final = read_json(path.parent / FINAL_TESTS)
+    return final["ok"] if isinstance(final, dict) and isinstance(final.get("ok"), bool) else None
 
 
 def _row_of(found: Found, path: Path) -> dict | None:
@@ -106,7 +116,8 @@ def _row_of(found: Found, path: Path) -> dict | None:
            "edited_lines": edited.get("total") if isinstance(edited, dict) else edited,
            "cost_usd": data.get("cost_usd"), "elapsed_s": data.get("elapsed_s"),
            "tokens": (data.get("prompt_tokens") or 0) + (data.get("completion_tokens") or 0),
-           "candidates": len(data.get("candidates") or []), "updated": data.get("updated"), "trajectory": True}
+           "candidates": len(data.get("candidates") or []), "updated": data.get("updated"), "trajectory": True,
+           "fix": bool(data.get("run_key")), "tests_ok": _final_tests_ok(path)}
     row.update(_report_fields(report_for(path)))
     row.update({f"hit_{k}": v for k, v in _hits(data.get("suspects") or [], _gold_of(task)).items()})
     row["gold_known"] = row["hit_file"] is not None or bool(_gold_of(task))

@@ -91,6 +91,14 @@ window.addEventListener("hashchange", render);
 const BATCH_COLS = [["name", "name"], ["run", "run"], ["model", "model"], ["status", "status"], ["resolved", "resolved"],
   ["infra", "infra failure"], ["edited_lines", "edited lines"], ["f1", "F1"], ["cost_usd", "cost $"], ["elapsed_s", "wall s"],
   ["steps", "steps"], ["tokens", "tokens"], ["hit_line", "gold line rank"], ["candidates", "candidates"]];
+// a `fix` run is judged by its own test command: no grading or gold columns, its tests' outcome instead
+const GRADING_COLS = new Set(["resolved", "infra", "f1", "hit_line"]);
+function batchCols(fixOnly) {
+  if (!fixOnly) return BATCH_COLS;
+  const cols = BATCH_COLS.filter(([k]) => !GRADING_COLS.has(k));
+  cols.splice(4, 0, ["tests_ok", "tests pass"]);
+  return cols;
+}
 const RL_COLS = [["task_id", "task"], ["sample", "sample"], ["status", "status"], ["reward", "reward"], ["reward_kind", "reward kind"],
   ["reason", "null reason"], ["steps", "steps"], ["prompt_tokens", "prompt tok"], ["response_tokens", "response tok"],
   ["trained_tokens", "masked-in tok"], ["logprobs", "logprobs"], ["llm_s", "llm s"], ["env_s", "env s"], ["file", "file"]];
@@ -105,7 +113,7 @@ function sortableTable(id, rows, cols, link) {
     const v = row[k];
     if (k === cols[0][0] && link(row)) return h("td", {}, h("a", {href: link(row)}, fmt(v)));
     if (k === "cost_usd" && row.trajectory && typeof v !== "number") return h("td", {class: "muted"}, "unknown");
-    if (k === "resolved" || k === "infra") return h("td", {class: v === true ? (k === "resolved" ? "pass" : "fail") : v === false ? "" : "muted"}, v === true ? "yes" : v === false ? "no" : "–");
+    if (k === "resolved" || k === "infra" || k === "tests_ok") return h("td", {class: v === true ? (k === "infra" ? "fail" : "pass") : v === false ? "" : "muted"}, v === true ? "yes" : v === false ? "no" : "–");
     return h("td", {class: typeof v === "number" ? "num" : ""}, fmt(v, k === "cost_usd" ? 4 : 2));
   };
   function draw() {
@@ -180,17 +188,22 @@ function batchPage() {
     const graded = rows.filter((r) => r.resolved !== null && r.resolved !== undefined);
     const resolved = graded.filter((r) => r.resolved).length;
     const f1s = rows.map((r) => r.f1).filter((v) => typeof v === "number");
-    out.append(h("h2", {}, "Batch"), h("div", {class: "cards"}, card("instances", rows.length, "n-instances"), card("graded", graded.length),
-      card("resolved", graded.length ? `${resolved} (${(100 * resolved / graded.length).toFixed(0)}%)` : "–", "n-resolved"),
-      card("mean edit F1", f1s.length ? (f1s.reduce((a, b) => a + b, 0) / f1s.length).toFixed(2) : "–"),
+    // `fix` runs are judged by their own test command, never graded against a reference: no grading cards for them
+    const fixOnly = rows.every((r) => r.fix), tested = rows.filter((r) => typeof r.tests_ok === "boolean");
+    const passing = tested.filter((r) => r.tests_ok).length;
+    out.append(h("h2", {}, "Batch"), h("div", {class: "cards"}, card("instances", rows.length, "n-instances"),
+      ...(fixOnly ? [] : [card("graded", graded.length),
+        card("resolved", graded.length ? `${resolved} (${(100 * resolved / graded.length).toFixed(0)}%)` : "–", "n-resolved"),
+        card("mean edit F1", f1s.length ? (f1s.reduce((a, b) => a + b, 0) / f1s.length).toFixed(2) : "–")]),
+      ...(tested.length ? [card("tests pass on the final patch", `${passing} of ${tested.length}`, "n-tests-pass")] : []),
       card("cost", costSum(rows), "n-cost"),
       card("wall", secs(rows.reduce((a, r) => a + (r.elapsed_s || 0), 0)))));
     out.append(h("div", {class: "plots"},
-      barPlot("resolve rate per repository", (p.resolve || []).map((d) => ({label: d.repo, value: d.resolved / d.graded, note: `${d.resolved}/${d.graded}`})), {max: 1, id: "resolve", empty: "nothing graded yet"}),
-      curvePlot("localization Hit@k (fused suspects vs gold)", p.hit_ks || [], {"line Hit@k": (p.hit || {}).line || [], "file Hit@k": (p.hit || {}).file || []}, "hit", p.hit_rows ? `${p.hit_rows} instance(s) with a known gold` : "no gold known"),
+      fixOnly ? null : barPlot("resolve rate per repository", (p.resolve || []).map((d) => ({label: d.repo, value: d.resolved / d.graded, note: `${d.resolved}/${d.graded}`})), {max: 1, id: "resolve", empty: "nothing graded yet"}),
+      fixOnly && !p.hit_rows ? null : curvePlot("localization Hit@k (fused suspects vs gold)", p.hit_ks || [], {"line Hit@k": (p.hit || {}).line || [], "file Hit@k": (p.hit || {}).file || []}, "hit", p.hit_rows ? `${p.hit_rows} instance(s) with a known gold` : "no gold known"),
       histPlot("cost per instance", p.cost || {}, "$", "cost"), histPlot("wall time per instance", p.time || {}, "s", "time"),
       barPlot("statuses", Object.entries(p.statuses || {}).map(([k, v], i) => ({label: k, value: v, color: COLORS[i % COLORS.length]})), {id: "statuses"})));
-    out.append(sortableTable("batch-table", rows, BATCH_COLS, (r) => r.trajectory ? tHref(r.key) : null));
+    out.append(sortableTable("batch-table", rows, batchCols(fixOnly), (r) => r.trajectory ? tHref(r.key) : null));
   }
   const rl = (DATA.rl || {}).rows || [];
   if (rl.length) {

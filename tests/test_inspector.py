@@ -575,7 +575,8 @@ def test_a_run_with_the_execution_signals_shows_each_signals_suspects(browser, t
 def test_two_fix_runs_of_one_issue_are_told_apart_and_an_unpriced_model_costs_unknown(two_fix_runs, browser,
                                                                                       tmp_path):
     """Each row is named by its run folder (the issue's name and the run key's hash), so the two runs differ and
-    each opens its own; the scripted endpoint has no price, so the cost is unknown, never $0."""
+    each opens its own; the scripted endpoint has no price, so the cost is unknown, never $0; the batch page shows
+    how many runs' tests pass on their final patch, and no grading cards or plots."""
     folders = sorted(p.parent.name for p in two_fix_runs.glob("fix/*/trajectories/*/trajectory.json"))
     assert len(folders) == 2
     out = tmp_path / "runs.html"
@@ -587,8 +588,15 @@ def test_two_fix_runs_of_one_issue_are_told_apart_and_an_unpriced_model_costs_un
     assert names == folders
     assert page.inner_text("#n-cost .v") == "unknown"
     assert "$0" not in page.inner_text("#batch")
-    cost_column = [k for k, _ in page.evaluate("BATCH_COLS")].index("cost_usd")
+    # fix runs are judged by their test command: no grading, resolve rate, edit F1 or gold Hit@k on the batch page
+    assert page.inner_text("#n-tests-pass .v") == "2 of 2"
+    batch = page.inner_text("#batch")
+    for absent in ("graded", "resolved", "edit F1", "resolve rate", "Hit@k", "gold"):
+        assert absent not in batch, absent
+    columns = [k for k, _ in page.evaluate("batchCols(true)")]
+    cost_column, tests_column = columns.index("cost_usd"), columns.index("tests_ok")
     assert page.locator(f"#batch-table tbody td:nth-child({cost_column + 1})").all_inner_texts() == ["unknown"] * 2
+    assert page.locator(f"#batch-table tbody td:nth-child({tests_column + 1})").all_inner_texts() == ["yes"] * 2
     for name in folders:
         go(page, out.as_uri() + "#/")
         before = page.evaluate("document.body.dataset.ready")
