@@ -131,7 +131,8 @@ def _synthesize(args: argparse.Namespace) -> int:
         hours = max(stats["seconds"] + stats.get("prepare_s", 0.0), 1e-9) / 3600
         print(f"{stats['source']}: {stats['kept']} task(s) of {stats['tried']} mutant(s) tried "
               f"({stats['equivalent']} equivalent, {stats['unreached']} unreached, {stats['hung']} hung), "
-              f"{stats['baseline_tests']} baseline test(s), {stats['kept'] / hours:.0f} tasks/hour", flush=True)
+              f"{stats['baseline_tests']} baseline test(s), {stats['kept'] / hours:.0f} tasks/hour"
+              + (" (finished by an earlier run with this output)" if stats.get("resumed") else ""), flush=True)
 
     results = run_synthesis(specs, args.output, settings, args.backend, args.address, args.workers, report)
     kept = sum(r.get("kept", 0) for r in results)
