@@ -1,6 +1,6 @@
 """A task synthesized from a SWE-bench row is a row of that row's image: its setup patch (reference fix and mutant)
 makes the broken state in the box before the agent starts and before a grader applies a patch. Fast: a row made
-from a real git history round-trips through a tasks file. Docker: one of the committed synthesized rows (requests',
+from a real git history round-trips through a tasks file and a training parquet's row. Docker: one of the committed synthesized rows (requests',
 a small image) is resolved by its gold patch and not by the empty one in the fresh and the pooled grader, and a
 `RepairEnv` episode on it runs in a container."""
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from pinpoint.environments.docker_runtime import DockerRuntime
+from pinpoint.rl.dataset import training_row
 from pinpoint.rl.env import EnvSettings, RepairEnv
 from pinpoint.rl.policies import GoldPolicy
 from pinpoint.rl.synthesize import inverse_patch, setup_patch, synthesized_row
@@ -67,6 +68,8 @@ def test_a_synthesized_row_round_trips_through_a_tasks_file(tmp_path: Path) -> N
     assert instance.image_row().instance_id == "o__n-1" and not instance.image_row().setup_patch
     assert instance.extra == {"synthesis": {"operator": "constant"}}  # nothing of the source row's own labels
     assert validate_row(instance.to_row(), "again") == instance
+    shipped = json.loads(training_row(task, 0)["extra_info"]["task"])  # what a trainer's node rebuilds it from
+    assert validate_row(shipped, "parquet") == instance
 
 
 def test_a_row_without_a_setup_patch_is_as_before_and_a_bad_one_is_refused() -> None:
