@@ -1,8 +1,8 @@
 """A task synthesized from a SWE-bench row is a row of that row's image: its setup patch (reference fix and mutant)
 makes the broken state in the box before the agent starts and before a grader applies a patch. Fast: a row made
-from a real git history round-trips through a tasks file and a training parquet's row. Docker: one of the committed synthesized rows (requests',
-a small image) is resolved by its gold patch and not by the empty one in the fresh and the pooled grader, and a
-`RepairEnv` episode on it runs in a container."""
+from a real git history round-trips through a tasks file and a training parquet's row. Docker: one of the
+committed synthesized rows (requests', a small image) is resolved by its gold patch and not by the empty one in
+the fresh and the pooled grader, and a `RepairEnv` episode on it runs in a container."""
 
 from __future__ import annotations
 
