@@ -36,16 +36,18 @@ _APPLIED: weakref.WeakKeyDictionary[GitWorktreeRuntime, Applied] = weakref.WeakK
 def prepare(box: GitWorktreeRuntime, instance: Instance, timeout: float = 120.0) -> None:
     """Bring a box just reset to `instance`'s starting state: its setup patch committed as the base state, or the
     image's commit for a row without one. Raises RuntimeFailure when the setup patch does not apply."""
-    held = _APPLIED.get(box)
-    if held is not None and held.commit == box.base_commit:
-        if held.instance_id == instance.instance_id and instance.setup_patch:
+    held = _APPLIED.pop(box, None)
+    image_commit = box.base_commit
+    if held is not None and held.commit == box.base_commit:  # not recreated since: it holds that setup
+        if held.instance_id == instance.instance_id:
+            _APPLIED[box] = held
             return
         _run(box, f"{_GIT} reset -q --hard {held.image_commit}", "putting the box back on the image's commit", timeout)
-        box.rebase()
-    _APPLIED.pop(box, None)
+        image_commit = held.image_commit
+        if not instance.setup_patch:
+            box.rebase()
     if not instance.setup_patch:
         return
-    image_commit = box.base_commit
     box.write_file(_PATCH_FILE, instance.setup_patch if instance.setup_patch.endswith("\n")
                    else instance.setup_patch + "\n")
     # an image's build leaves stale stat data in the index, which `apply --index` would take for changed files

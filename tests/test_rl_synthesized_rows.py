@@ -18,7 +18,7 @@ from pinpoint.rl.env import EnvSettings, RepairEnv
 from pinpoint.rl.policies import GoldPolicy
 from pinpoint.rl.synthesize import inverse_patch, setup_patch, synthesized_row
 from pinpoint.rl.tasks import load_tasks
-from pinpoint.swebench_eval.datasets import DatasetError, Instance, validate_row
+from pinpoint.swebench_eval.datasets import DatasetError, Instance, load_instances, validate_row
 from pinpoint.swebench_eval.evaluate import evaluate_patch
 
 TASKS = Path(__file__).resolve().parents[1] / "rl" / "data" / "synth_tasks.jsonl.gz"
@@ -95,19 +95,27 @@ def test_the_gold_patch_resolves_a_synthesized_row_and_the_empty_patch_does_not_
     from pinpoint.swebench_eval.runtime import instance_runtime
 
     first, second = _rows(SOURCE)[:2]
+    (source,) = load_instances(ids=[SOURCE])
     assert [evaluate_patch(first, p).outcome for p in (first.patch, "")] == ["resolved", "unresolved"]
     tag = build_instance_image(first).tag
     assert tag == build_instance_image(second).tag == build_instance_image(first.image_row()).tag  # one image
     box = instance_runtime(first, tag, grading=True)
     try:
         prime(box, first)
-        # one warm box, switched between two tasks of the image: each grading starts from its own row's state
-        graded = [(row.instance_id, evaluate_patch(row, patch, runtime=box, warm=True).outcome)
-                  for row, patch in ((first, first.patch), (second, ""), (second, second.patch), (first, ""))]
+        # one warm box, switched between two tasks of the image and the row they were made from: each grading
+        # starts from its own row's state
+        verdicts = [evaluate_patch(row, patch, runtime=box, warm=True)
+                    for row, patch in ((first, first.patch), (second, ""), (second, second.patch), (first, ""),
+                                       (source, source.patch), (first, first.patch))]
     finally:
         box.close()
-    assert graded == [(first.instance_id, "resolved"), (second.instance_id, "unresolved"),
-                      (second.instance_id, "resolved"), (first.instance_id, "unresolved")]
+    assert [(v.instance_id, v.outcome) for v in verdicts] == [
+        (first.instance_id, "resolved"), (second.instance_id, "unresolved"), (second.instance_id, "resolved"),
+        (first.instance_id, "unresolved"), (SOURCE, verdicts[4].outcome), (first.instance_id, "resolved")]
+    # the row itself, graded after its tasks in that box, gets a fresh box's per-test verdicts (offline, some of
+    # its tests need the network)
+    fresh = evaluate_patch(source, source.patch)
+    assert verdicts[4].report[SOURCE]["tests_status"] == fresh.report[SOURCE]["tests_status"]
 
 
 @pytest.mark.docker
