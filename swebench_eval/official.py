@@ -89,11 +89,11 @@ _UNAVAILABLE: set[str] = set()
 
 def official_image(instance: Instance, log=lambda line: print(line, file=sys.stderr)) -> OfficialImage | None:
     """The instance's official image when a namespace is set and the image is here or can be pulled; else None
-    (said once per image, on stderr: pinpoint's builder takes over)."""
+    (said once per image, on stderr: pinpoint's builder takes over). A synthesized row runs in its source row's."""
     space = namespace()
     if space is None:
         return None
-    tag = official_tag(instance.instance_id, space)
+    tag = official_tag(instance.image_row().instance_id, space)
     if image_exists(tag):
         return OfficialImage(tag, "cached")
     if tag in _UNAVAILABLE:

@@ -54,6 +54,22 @@ def test_official_names_and_namespace(monkeypatch):
         namespace()
 
 
+def test_a_synthesized_row_runs_in_its_source_rows_official_image(monkeypatch):
+    """A task `rl synthesize` made from a row is that row's image plus a setup patch: with a mirror set, it looks up
+    the source row's official image, never one named after the task (which no registry has)."""
+    import dataclasses
+
+    from pinpoint.swebench_eval import official
+
+    looked_up: list[str] = []
+    monkeypatch.setattr(official, "image_exists", lambda tag: looked_up.append(tag) or True)
+    monkeypatch.setenv(OFFICIAL_ENV, MIRROR)
+    row = dataclasses.replace(load_instances(ids=[INSTANCE])[0], instance_id=f"{INSTANCE}.synth-0123456789ab",
+                              setup_patch="diff --git a/x b/x\n")
+    found = official.official_image(row, log=lambda line: pytest.fail(line))
+    assert found is not None and found.tag == official_tag(INSTANCE, MIRROR) and looked_up == [found.tag]
+
+
 @pytest.fixture(scope="module")
 def official(docker_client):
     """The row's image in the official layout, under its official name in MIRROR."""
