@@ -220,6 +220,9 @@ def env_script(inputs: EnvInputs, shared_pins: tuple[str, ...] = ()) -> str:
         lines.append("python -m pip install " + " ".join(shlex.quote(p) for p in inputs.packages.split()))
     if pins:
         lines.append(f"python -m pip install {pins}")
+    if inputs.apt_packages:  # the C libraries conda ships with some packages, from Debian; apt's lists and caches go
+        lines.append("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+                     + " ".join(inputs.apt_packages) + " && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin")
     if inputs.packages_kind == "environment.yml":
         # conda's environment.yml: each name as a binary wheel that agrees with the spec's pins, or skipped
         lines += [_heredoc("/tmp/constraints.txt", "\n".join(inputs.pip_packages)),

@@ -38,9 +38,10 @@ ENV_YML_PATHS = {
 #: conda names whose PyPI distribution is named differently (the rest are the same on both)
 CONDA_TO_PIP = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-core": "dask",
                 "pytorch": "torch", "python-graphviz": "graphviz"}
-#: conda packages whose PyPI wheel lacks the C library conda ships with them: installed, they break at import with
-#: an error other than ImportError (cfgrib: "ecCodes library not found"), which test collection does not skip
-NEEDS_CONDA_LIBRARY = {"cfgrib"}
+#: conda packages whose PyPI wheel lacks the C library conda ships with them, and the Debian packages that provide
+#: it: without it they break at import with an error other than ImportError (cfgrib: "ecCodes library not found"),
+#: which test collection does not skip
+CONDA_C_LIBRARIES = {"cfgrib": ("libeccodes0",)}
 #: conda packages PyPI does not publish at all (checked with `pip index versions`): not tried; a test skipped for
 #: want of one is named apart by `pinpoint bench published`, as the official conda env had it
 CONDA_ONLY = frozenset({"cdms2", "hdf5"})
@@ -101,10 +102,12 @@ class EnvInputs:
     packages: str  # a requirements.txt body, an environment.yml body, or a space-separated package list
     packages_kind: str  # "requirements" | "environment.yml" | "list" | "none"
     pip_packages: tuple[str, ...]
+    apt_packages: tuple[str, ...] = ()  # Debian's C libraries of conda packages (CONDA_C_LIBRARIES)
 
     def key(self) -> dict[str, Any]:
-        return {"python": self.python, "packages": self.packages, "kind": self.packages_kind,
-                "pip_packages": list(self.pip_packages)}
+        key = {"python": self.python, "packages": self.packages, "kind": self.packages_kind,
+               "pip_packages": list(self.pip_packages)}
+        return {**key, "apt_packages": list(self.apt_packages)} if self.apt_packages else key
 
 
 def _requirements_text(instance: Instance, sources: RepoSources) -> str:
@@ -147,16 +150,17 @@ def _environment_yml_names(instance: Instance, sources: RepoSources) -> list[str
     return names
 
 
-def _environment_yml_requirements(instance: Instance, sources: RepoSources) -> str | None:
-    """Conda's environment.yml as pip distribution names (None when the file is not in the offline history).
+def _pip_names(conda_names: list[str]) -> str:
+    """Conda's names as pip distribution names, one a line.
 
     There is no conda here: names PyPI lacks are left out, and a name without a wheel agreeing with the spec's pins
     is skipped by the build step (each name is tried on its own; see scripts.env_script)."""
-    names = _environment_yml_names(instance, sources)
-    if names is None:
-        return None
-    kept = [CONDA_TO_PIP.get(n, n) for n in names if n not in NEEDS_CONDA_LIBRARY | CONDA_ONLY]
-    return "\n".join(sorted(set(kept)))
+    return "\n".join(sorted({CONDA_TO_PIP.get(n, n) for n in conda_names if n not in CONDA_ONLY}))
+
+
+def _debian_libraries(conda_names: list[str]) -> tuple[str, ...]:
+    """The Debian packages that give these conda packages' PyPI builds the C libraries conda ships with them."""
+    return tuple(sorted({lib for n in conda_names for lib in CONDA_C_LIBRARIES.get(n, ())}))
 
 
 def conda_only_packages(instance: Instance, sources: RepoSources) -> list[str]:
@@ -198,16 +202,17 @@ def _setup_commit(instance: Instance, sources: RepoSources) -> str:
 
 def env_inputs(instance: Instance, spec: dict[str, Any], sources: RepoSources) -> EnvInputs:
     """What the env layer installs; `python` is the spec's version (the base image decides what stands in)."""
-    packages = spec.get("packages", "")
+    packages, apt = spec.get("packages", ""), ()
     if packages == "requirements.txt":
         kind, body = "requirements", _requirements_text(instance, sources)
     elif packages == "environment.yml":
         # no commit of the offline history at or after the base has the file: the spec's pip pins alone
-        body = _environment_yml_requirements(instance, sources)
-        kind, body = ("environment.yml", body) if body is not None else ("none", "")
+        names = _environment_yml_names(instance, sources)
+        kind, body = ("environment.yml", _pip_names(names)) if names is not None else ("none", "")
+        apt = _debian_libraries(names or [])
     elif packages:
         kind, body = "list", packages
     else:
         kind, body = "none", ""
     return EnvInputs(python=str(spec["python"]), packages=body, packages_kind=kind,
-                     pip_packages=tuple(spec.get("pip_packages", [])))
+                     pip_packages=tuple(spec.get("pip_packages", [])), apt_packages=apt)

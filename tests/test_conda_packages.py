@@ -1,7 +1,8 @@
 """An environment.yml (xarray's) installed without conda: conda names mapped to PyPI ones, the names PyPI does not
-publish left out (and named: swebench_eval.conda_only), and the pure-Python dependencies PyPI has only as source
-allowed, without which pip refuses scitools-iris (cf-units needs antlr4-python3-runtime 4.7.2), zarr (asciitree) and
-pydap (docopt) under the wheels-only rule."""
+publish left out (and named: swebench_eval.conda_only), the C library conda ships with a package whose PyPI build
+lacks it installed from Debian (cfgrib: ecCodes), and the pure-Python dependencies PyPI has only as source allowed,
+without which pip refuses scitools-iris (cf-units needs antlr4-python3-runtime 4.7.2), zarr (asciitree) and pydap
+(docopt) under the wheels-only rule."""
 
 from __future__ import annotations
 
@@ -36,10 +37,25 @@ def test_each_name_is_installed_as_wheels_but_the_source_only_pure_python_depend
             '-c /tmp/constraints.txt "$pkg"') in script
 
 
+def test_a_conda_package_with_a_c_library_gets_it_from_debian_before_pip_installs_it():
+    """cfgrib's PyPI wheel needs ecCodes, which conda ships beside it: apt installs Debian's before the names'
+    loop installs cfgrib; an env without such a package runs no apt at all."""
+    _, inputs = _inputs()
+    assert inputs.apt_packages == ("libeccodes0",) and "cfgrib" in inputs.packages.split()
+    lines = env_script(inputs).splitlines()
+    apt = next(i for i, line in enumerate(lines) if "apt-get install" in line)
+    assert "libeccodes0" in lines[apt] and "rm -rf /var/lib/apt/lists/*" in lines[apt]
+    assert apt < next(i for i, line in enumerate(lines) if line.startswith("for pkg in ") and "cfgrib" in line)
+    flask = load_instances(ids=["pallets__flask-5014"])[0]
+    plain = env_inputs(flask, spec_for(flask), RepoSources(paths.repos_dir()))
+    assert plain.apt_packages == () and "apt-get" not in env_script(plain)
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_the_env_image_imports_what_the_conda_env_had_and_pypi_provides():
-    """iris (with cf-units and its bundled udunits2), zarr and pydap import in the row's image; cdms2 does not."""
+    """iris (with cf-units and its bundled udunits2), zarr, pydap and cfgrib (on Debian's ecCodes) import in the
+    row's image; cdms2 does not."""
     from pinpoint.swebench_eval.images import build_instance_image
     from pinpoint.swebench_eval.runtime import instance_runtime
 
@@ -49,3 +65,5 @@ def test_the_env_image_imports_what_the_conda_env_had_and_pypi_provides():
         imported = box.run("python -c 'import iris, cf_units, zarr, pydap; print(cf_units.Unit(\"m\").convert(1, \"cm\"))'")
         assert imported.output.strip().endswith("100.0"), imported.output
         assert "No module named 'cdms2'" in box.run("python -c 'import cdms2'").output
+        grib = box.run("python -c 'import cfgrib, eccodes; print(\"ecCodes\", eccodes.codes_get_api_version())'")
+        assert grib.exit_code == 0 and "ecCodes 2." in grib.output, grib.output
