@@ -202,7 +202,8 @@ def _setup_commit(instance: Instance, sources: RepoSources) -> str:
 
 def env_inputs(instance: Instance, spec: dict[str, Any], sources: RepoSources) -> EnvInputs:
     """What the env layer installs; `python` is the spec's version (the base image decides what stands in)."""
-    packages, apt = spec.get("packages", ""), ()
+    packages = spec.get("packages", "")
+    apt: tuple[str, ...] = ()
     if packages == "requirements.txt":
         kind, body = "requirements", _requirements_text(instance, sources)
     elif packages == "environment.yml":
