@@ -27,6 +27,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("engine"))
 
 
+#: where a test outside the engine group looks for a Docker engine: nowhere
+NO_ENGINE = "unix:///nonexistent/pinpoint-tests-outside-the-engine-group.sock"
+
+
+@pytest.fixture(autouse=True)
+def _engine_only_in_its_group(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A test outside the engine group cannot reach the Docker engine, nor can what it starts: every pinpoint run
+    sweeps this user's orphaned boxes off the engine, which would race with an engine test's own check of what a
+    killed run left there (the two groups run at once under xdist). A test that needs the engine says so with
+    the docker (or serial) marker."""
+    if request.node.get_closest_marker("xdist_group"):
+        yield
+        return
+    from pinpoint.environments import engine
+
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
+    engine.client.cache_clear()  # a client an engine test left in this worker would still reach the engine
+    yield
+    engine.client.cache_clear()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_user_config(tmp_path_factory: pytest.TempPathFactory):
     """Every test (and the CLI it starts in a subprocess) reads an empty XDG config folder, never the developer's

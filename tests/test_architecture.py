@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -184,8 +185,13 @@ def test_the_wheel_holds_only_pinpoint_and_a_trainers_folders_cannot_shadow_it(t
     names still resolve to ours."""
     import zipfile
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
-                    "-w", str(tmp_path / "wheel")], check=True, capture_output=True)
+    had_build = (ROOT / "build").exists()
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
+                        "-w", str(tmp_path / "wheel")], check=True, capture_output=True)
+    finally:  # setuptools builds in the checkout's build/: a test leaves the checkout as it found it
+        if not had_build:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     wheel = next((tmp_path / "wheel").glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {name.split("/")[0] for name in names} == {"pinpoint", "pinpoint_repair-0.1.0.dist-info"}
