@@ -165,13 +165,15 @@ def _fix_argv(repo: Path, issue: Path, out: Path, base_url: str) -> list[str]:
             "--base-url", base_url, "--set", "search.policy=none", "--set", "agent.execution=false"]
 
 
-def _reapers_of(pid: int) -> list[int]:
-    """The reaper processes watching `pid` (found by their command line)."""
+def _reapers_of(pid: int, launchers: bool = False) -> list[int]:
+    """The reaper processes watching `pid` (found by their command line); with `launchers`, the `--detach`
+    launchers instead, which exit once they have started the reaper itself."""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
             words = cmdline.read_bytes().split(b"\0")
-            if b"pinpoint.environments.reaper" in words and str(pid).encode() in words:
+            if (b"pinpoint.environments.reaper" in words and str(pid).encode() in words
+                    and (b"--detach" in words) == launchers):
                 found.append(int(cmdline.parent.name))
     return found
 
@@ -198,11 +200,15 @@ def test_fix_killed_leaves_no_agent_box_and_a_resumed_fix_removes_a_stale_one(tm
         try:
             stale_run = driver.run_id()
             driver.wait_for_box(stale_run)
-            _wait_for(lambda: _reapers_of(driver.proc.pid), 30, "no reaper watches the fix")
+            # the reaper itself, its launcher gone: a launcher killed after it forked would leave a live reaper
+            _wait_for(lambda: _reapers_of(driver.proc.pid) and not _reapers_of(driver.proc.pid, launchers=True), 30,
+                      "no reaper watches the fix")
             for pid in _reapers_of(driver.proc.pid):
                 os.kill(pid, signal.SIGKILL)
             driver.stop("sigkill")
             driver.proc.wait()
+            for pid in _reapers_of(driver.proc.pid) + _reapers_of(driver.proc.pid, launchers=True):
+                os.kill(pid, signal.SIGKILL)  # one started since (a box of its own) dies with the machine too
             time.sleep(2 * GONE_WITHIN_S / 5)
             assert _containers(stale_run), "the stale box was removed though no reaper was left to remove it"
         finally:
