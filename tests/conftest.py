@@ -15,6 +15,7 @@ DEV_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 os.environ.setdefault("PINPOINT_SHARED_DATA", str(DEV_DATA))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist (README's `-n 2 --dist loadgroup`), every test of a module that needs the Docker engine or Ray
     runs on one worker, in file order: those modules share the engine, its images, Ray's ports and the second
