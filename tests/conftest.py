@@ -15,30 +15,29 @@ DEV_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 os.environ.setdefault("PINPOINT_SHARED_DATA", str(DEV_DATA))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group markers
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (README's `-n 2 --dist loadgroup`), every test of a module that needs the Docker engine or Ray
-    runs on one worker, in file order: those modules share the engine, its images, Ray's ports and the second
-    node's network, and their nothing-left-behind checks look at the whole engine. The rest spread over the
-    workers. Without xdist the group marker does nothing."""
+    """Every test of a module that needs the Docker engine or Ray is marked `engine` (`-m engine` selects them,
+    `-m "not engine"` the rest): those modules share the engine, its images, Ray's ports and the second node's
+    network, and their nothing-left-behind checks look at the whole engine."""
     shared = {item.module for item in items
               if item.get_closest_marker("docker") or item.get_closest_marker("serial")}
     for item in items:
         if item.module in shared:
-            item.add_marker(pytest.mark.xdist_group("engine"))
+            item.add_marker(pytest.mark.engine)
 
 
-#: where a test outside the engine group looks for a Docker engine: nowhere
+#: where a test outside the engine modules looks for a Docker engine: nowhere
 NO_ENGINE = "unix:///nonexistent/pinpoint-tests-outside-the-engine-group.sock"
 
 
 @pytest.fixture(autouse=True)
 def _engine_only_in_its_group(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """A test outside the engine group cannot reach the Docker engine, nor can what it starts: every pinpoint run
-    sweeps this user's orphaned boxes off the engine, which would race with an engine test's own check of what a
-    killed run left there (the two groups run at once under xdist). A test that needs the engine says so with
+    """A test outside the engine modules cannot reach the Docker engine, nor can what it starts: every pinpoint
+    run sweeps this user's orphaned boxes off the engine, so an unmarked test that touched it could remove what an
+    engine test is checking (and would hide that it needs the engine). A test that needs the engine says so with
     the docker (or serial) marker."""
-    if request.node.get_closest_marker("xdist_group"):
+    if request.node.get_closest_marker("engine"):
         yield
         return
     from pinpoint.environments import engine
