@@ -74,11 +74,7 @@ def test_repair_env_rewards_synthesized_tasks_like_any_task(synthesized, tmp_pat
     task = loaded[0]
     with RepairEnv(EnvSettings(reward="unit")) as env:
         env.reset(options={"task": task})
-        policy = GoldPolicy(task.gold_patch)
-        while True:
-            _, reward, terminated, truncated, info = env.step(policy.act([])[0])
-            if terminated or truncated:
-                break
+        reward, info = play_gold(env, task.gold_patch)
         assert reward == 1.0, info
         env.reset(options={"task": task})
         _, empty, *_ = env.step({"name": "submit", "arguments": {}})
@@ -223,3 +219,12 @@ def test_a_rerun_with_the_same_output_resumes_after_the_finished_sources(tmp_pat
     assert len({t["task_id"] for t in tasks}) == len(tasks) == done["kept"] + stats[1]["kept"]
     for task in tasks:  # the finished source's repository was left alone: its tasks' commits are still there
         _git(Path(task["repo_path"]), "cat-file", "-e", task["base_commit"])
+
+
+def play_gold(env, patch: str) -> tuple[float, dict]:
+    """Step a reset env with the gold-replaying policy until the episode ends: its last reward and info."""
+    policy = GoldPolicy(patch)
+    while True:
+        _, reward, terminated, truncated, info = env.step(policy.act([])[0])
+        if terminated or truncated:
+            return reward, info

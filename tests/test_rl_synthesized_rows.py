@@ -15,11 +15,11 @@ import pytest
 from pinpoint.environments.docker_runtime import DockerRuntime
 from pinpoint.rl.dataset import training_row
 from pinpoint.rl.env import EnvSettings, RepairEnv
-from pinpoint.rl.policies import GoldPolicy
 from pinpoint.rl.synthesize import inverse_patch, setup_patch, synthesized_row
 from pinpoint.rl.tasks import load_tasks
 from pinpoint.swebench_eval.datasets import DatasetError, Instance, load_instances, validate_row
 from pinpoint.swebench_eval.evaluate import evaluate_patch
+from test_rl_synthesize import play_gold
 
 TASKS = Path(__file__).resolve().parents[1] / "rl" / "data" / "synth_tasks.jsonl.gz"
 SOURCE = "psf__requests-1724"
@@ -130,11 +130,7 @@ def test_an_episode_on_a_synthesized_row_runs_in_a_container_from_its_broken_sta
         assert isinstance(runtime, DockerRuntime) and runtime.container is not None  # not the host
         assert broken in runtime.read_file(path).decode()  # the setup patch was applied before the agent's first step
         assert runtime.diff() == ""  # and is the episode's base: the agent's diff holds only its own edits
-        policy = GoldPolicy(row.patch)
-        while True:
-            _, reward, terminated, truncated, info = env.step(policy.act([])[0])
-            if terminated or truncated:
-                break
+        reward, info = play_gold(env, row.patch)
         assert reward == 1.0, info
         env.reset(options={"task": row.to_row()})
         _, empty, *_ = env.step({"name": "submit", "arguments": {}})
