@@ -96,15 +96,28 @@ def _images_list(args: argparse.Namespace) -> int:
 
     if args.layers:
         print(f"{'repository':<22} {'instances':>9} {'own MB':>8} {'over env MB':>11} {'amortized MB':>12}")
-        for m in layer_means(instance_layers()):
+        rows = instance_layers()
+        for m in layer_means(rows):
             print(f"{m.repo:<22} {m.instances:>9} {m.own / 1e6:>8.2f} {m.over_env / 1e6:>11.2f} "
                   f"{m.amortized / 1e6:>12.2f}")
+        if args.compressed:
+            _print_gzip_means(rows)
         return 0
     rows = list_images()
     for row in rows:
         print(f"{row['kind']:<9} {row['bytes'] / 1e6:>9.1f} MB  {row['tag']}")
     print(f"{len(rows)} images")
     return 0
+
+
+def _print_gzip_means(rows: list[dict]) -> None:
+    from pinpoint.swebench_eval.layer_gzip import gzip_means
+
+    print("\ngzipped, as a registry stores them (MB per instance):")
+    print(f"{'repository':<22} {'instances':>9} {'own':>8} {'over env':>9} {'amortized':>10} {'with env':>9}")
+    for m in gzip_means(rows):
+        print(f"{m.repo:<22} {m.instances:>9} {m.own / 1e6:>8.2f} {m.over_env / 1e6:>9.2f} "
+              f"{m.amortized / 1e6:>10.2f} {m.with_env / 1e6:>9.2f}")
 
 
 def _images_prune(args: argparse.Namespace) -> int:
@@ -236,10 +249,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     registry_arg(build)
     build.set_defaults(func=_images_build)
     listing = add_command(images, "list", "list the images this harness built",
-                          "pinpoint images list\npinpoint images list --layers")
+                          "pinpoint images list\npinpoint images list --layers\n"
+                          "pinpoint images list --layers --compressed")
     listing.add_argument("--layers", action="store_true", help="instead, per repository: the mean bytes of its "
                          "built instance layers over their reference, over their env image, and amortized "
                          "(the reference's bytes shared over the instances on it)")
+    listing.add_argument("--compressed", action="store_true", help="with --layers, also the same means gzipped as "
+                         "a registry stores and serves the layers, and with the env layers shared over the "
+                         "instances (reads every instance image once with docker save: seconds per image)")
     listing.set_defaults(func=_images_list)
     prune = add_command(images, "prune", "remove instance images (and env images with --all)",
                         "pinpoint images prune\npinpoint images prune --all")

@@ -160,3 +160,26 @@ def test_images_build_on_every_node_of_a_cluster_pulls_where_the_layers_are_miss
         cluster.stop()
         engine.stop()
     assert_nothing_left(cluster, engine)
+
+
+@pytest.mark.docker
+def test_the_gzipped_layer_bytes_are_what_the_registry_stores(registry: str, tmp_path: Path) -> None:
+    """`images list --layers --compressed` counts a layer as a registry does: the pushed blob's size."""
+    import json
+
+    from pinpoint.swebench_eval.layer_gzip import diff_ids, gzip_bytes
+
+    _base, env, instance = _plan()
+    assert _build(registry, tmp_path / "cache").returncode == 0  # pushes the env and instance images
+    host, _, prefix = registry.partition("/")
+    repository, _, tag = instance.partition(":")
+    request = urllib.request.Request(f"http://{host}/v2/{prefix}/{repository}/manifests/{tag}", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        pushed = [layer["size"] for layer in json.load(answer)["layers"]]
+    layers = diff_ids(instance)
+    own = layers[len(diff_ids(env)):]  # the reference and instance layers
+    ours = gzip_bytes(instance, set(own))
+    assert len(pushed) == len(layers)
+    for index, diff_id in enumerate(own, start=len(layers) - len(own)):
+        assert abs(ours[diff_id] - pushed[index]) <= 0.03 * pushed[index] + 1024, (ours[diff_id], pushed[index])
