@@ -163,12 +163,15 @@ def test_images_build_on_every_node_of_a_cluster_pulls_where_the_layers_are_miss
 
 
 @pytest.mark.docker
-def test_the_gzipped_layer_bytes_are_what_the_registry_stores(registry: str, tmp_path: Path) -> None:
+def test_the_gzipped_layer_bytes_are_what_the_registry_stores(registry: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """`images list --layers --compressed` counts a layer as a registry does: the pushed blob's size."""
     import json
 
-    from pinpoint.swebench_eval.layer_gzip import diff_ids, gzip_bytes
+    from pinpoint.swebench_eval.images import instance_layers
+    from pinpoint.swebench_eval.layer_gzip import diff_ids, gzip_bytes, gzip_means
 
+    monkeypatch.setenv("PINPOINT_CACHE", str(tmp_path / "measured"))  # where the figures are kept
     _base, env, instance = _plan()
     assert _build(registry, tmp_path / "cache").returncode == 0  # pushes the env and instance images
     host, _, prefix = registry.partition("/")
@@ -183,3 +186,10 @@ def test_the_gzipped_layer_bytes_are_what_the_registry_stores(registry: str, tmp
     assert len(pushed) == len(layers)
     for index, diff_id in enumerate(own, start=len(layers) - len(own)):
         assert abs(ours[diff_id] - pushed[index]) <= 0.03 * pushed[index] + 1024, (ours[diff_id], pushed[index])
+    # the per-repository means `images list --layers --compressed` prints, on this one instance
+    (means,) = gzip_means([row for row in instance_layers() if row["tag"] == instance])
+    assert means.repo == "psf/requests" and means.instances == 1
+    assert abs(means.own - pushed[-1]) <= 0.03 * pushed[-1] + 1024
+    assert abs(means.over_env - sum(pushed[len(layers) - len(own):])) <= 0.03 * sum(pushed) + 1024
+    assert means.amortized <= means.over_env  # other built rows on its reference share that layer
+    assert means.with_env > means.amortized  # the env layers over the base come on top
