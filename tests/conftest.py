@@ -19,11 +19,12 @@ os.environ.setdefault("PINPOINT_SHARED_DATA", str(DEV_DATA))
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test of a module that needs the Docker engine or Ray is marked `engine` (`-m engine` selects them,
     `-m "not engine"` the rest): those modules share the engine, its images, Ray's ports and the second node's
-    network, and their nothing-left-behind checks look at the whole engine."""
+    network, and their nothing-left-behind checks look at the whole engine. A test marked `host_only` stays out:
+    it reaches no engine, no Ray and no shared fixture of its module's engine tests, so it runs with the others."""
     shared = {item.module for item in items
               if item.get_closest_marker("docker") or item.get_closest_marker("serial")}
     for item in items:
-        if item.module in shared:
+        if item.module in shared and not item.get_closest_marker("host_only"):
             item.add_marker(pytest.mark.engine)
 
 

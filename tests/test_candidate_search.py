@@ -301,6 +301,7 @@ def test_a_first_run_that_hangs_bounds_every_later_run_and_says_so():
 
 
 @pytest.mark.slow
+@pytest.mark.host_only
 def test_fix_local_on_a_repository_that_loops_forever_says_hang_and_repairs_it(tmp_path, capsys):
     from pinpoint.cli import main
 

@@ -242,6 +242,7 @@ def sdists(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("sdists")
 
 
+@pytest.mark.host_only
 @pytest.mark.parametrize("project", PROJECTS, ids=str)
 def test_fix_local_repairs_a_real_project(project, sdists, tmp_path):
     repo = team_repository(project, tmp_path / "work", sdists)
@@ -266,6 +267,7 @@ def test_fix_in_a_container_repairs_a_real_project(project, sdists, tmp_path):
     assert project.declares in proc.stderr.split("test dependencies: ", 1)[1].splitlines()[0]
 
 
+@pytest.mark.host_only
 def test_a_dirty_tree_a_second_run_and_a_kill_leave_a_real_project_as_it_was(sdists, tmp_path):
     """On a real project with uncommitted work: a second identical `fix --allow-dirty` is refused while the
     first holds the run, `kill -9` of the first leaves no clone behind once the rerun starts, and the rerun
