@@ -60,11 +60,23 @@ def process_tempdir(prefix: str, parent: str | None = None) -> Path:
     first: a killed `fix`, Ray worker or build leaves its clone or rootfs behind only until the next one starts. The
     host's name keeps a folder shared by several machines from losing another machine's live folders."""
     parent = parent or tempfile.gettempdir()
-    mine = f"{prefix}{_host()}."
-    for orphan in Path(parent).glob(f"{glob.escape(mine)}*-*"):
-        if _gone(orphan.name[len(mine):].split("-", 1)[0]) and _own_folder(orphan):
+    remove_orphan_folders(prefix, parent)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{_host()}.{os.getpid()}-", dir=parent))
+
+
+def remove_orphan_folders(prefix: str = "pinpoint-", parent: str | None = None) -> list[str]:
+    """Remove the folders `<prefix>...<host>.<pid>-<random>` under `parent` (default: the system's temporary
+    folder) made on this machine by a process that no longer runs; returns their names. `process_tempdir` does this
+    for its prefix before making a folder; with the default prefix it covers every kind of pinpoint folder."""
+    parent = parent or tempfile.gettempdir()
+    host = f"{_host()}."
+    removed = []
+    for orphan in Path(parent).glob(f"{glob.escape(prefix)}*{glob.escape(host)}*-*"):
+        pid = orphan.name.rpartition(host)[2].split("-", 1)[0]
+        if _gone(pid) and _own_folder(orphan):
             shutil.rmtree(orphan, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-", dir=parent))
+            removed.append(orphan.name)
+    return removed
 
 
 def _host() -> str:

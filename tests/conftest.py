@@ -28,6 +28,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.engine)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The folders that processes the tests killed (`fix`, drivers, Ray workers, builds) left in the temporary
+    folder go, as the next pinpoint start would remove them (`process_tempdir`); a killed process cannot remove its
+    own, and a suite's last kills have no next start after them."""
+    from pinpoint.environments.files import remove_orphan_folders
+
+    removed = remove_orphan_folders()
+    if removed:
+        print(f"\npinpoint tests: removed {len(removed)} folder(s) that killed processes left: {', '.join(removed)}")
+
+
 #: where a test outside the engine modules looks for a Docker engine: nowhere
 NO_ENGINE = "unix:///nonexistent/pinpoint-tests-outside-the-engine-group.sock"
 

@@ -211,3 +211,21 @@ def test_a_dead_process_folder_of_another_machine_sharing_the_folder_is_kept(tmp
     elsewhere.mkdir()
     made = process_tempdir("pinpoint-t-", str(tmp_path))
     assert not here.exists() and elsewhere.is_dir() and made.is_dir()
+
+
+def test_every_kind_of_folder_a_dead_process_left_goes_and_live_or_foreign_ones_stay(tmp_path):
+    """What the suite's end (and any caller) sweeps: each pinpoint prefix, only this machine's dead processes."""
+    from pinpoint.environments.files import _host, remove_orphan_folders
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = [tmp_path / f"pinpoint-{kind}-{_host()}.{gone.pid}-x1" for kind in ("local", "repo", "src", "ref")]
+    live = tmp_path / f"pinpoint-local-{_host()}.{os.getpid()}-x2"
+    foreign = tmp_path / f"pinpoint-local-other.{gone.pid}-x3"
+    not_ours = tmp_path / f"other-{_host()}.{gone.pid}-x4"
+    for folder in (*dead, live, foreign, not_ours):
+        folder.mkdir()
+    removed = remove_orphan_folders(parent=str(tmp_path))
+    assert sorted(removed) == sorted(folder.name for folder in dead)
+    assert not any(folder.exists() for folder in dead)
+    assert live.is_dir() and foreign.is_dir() and not_ours.is_dir()
