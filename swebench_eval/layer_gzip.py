@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pinpoint.environments.engine import client as _client
 from pinpoint.environments.files import write_json_atomic
 from pinpoint.environments.paths import cache_dir
+from pinpoint.swebench_eval.images import layer_means
 
 #: Go's compress/gzip default, the level `docker push` compresses with
 GZIP_LEVEL = 6
@@ -45,12 +47,6 @@ class _ChunkStream(io.RawIOBase):
         buffer[:size] = self._left[:size]
         self._left = self._left[size:]
         return size
-
-
-def _client():
-    from pinpoint.environments import engine
-
-    return engine.client()
 
 
 def diff_ids(tag_or_id: str) -> list[str]:
@@ -106,7 +102,8 @@ def gzip_means(rows: list[dict[str, Any]]) -> list[GzipMeans]:
     known = _known_sizes()
     sizes: dict[str, int] = json.loads(known.read_text()) if known.exists() else {}
     measured = len(sizes)
-    by_repo: dict[str, list[tuple[int, int, int, str]]] = {}  # (own, reference, sharing, env image id)
+    gzipped = []  # instance_layers() rows with gzipped bytes, for images.layer_means
+    env_of: dict[str, list[str]] = {}  # env image ids by repository
     env_bytes: dict[str, int] = {}
     for row in rows:
         parent = client.images.get(row["parent"])
@@ -119,15 +116,13 @@ def gzip_means(rows: list[dict[str, Any]]) -> list[GzipMeans]:
         if missing:
             sizes.update(gzip_bytes(row["tag"], missing))
         env_bytes[env_id] = sum(sizes[d] for d in env)
-        by_repo.setdefault(row["repo"] or "?", []).append(
-            (sum(sizes[d] for d in own), sum(sizes[d] for d in reference), row["sharing"], env_id))
+        env_of.setdefault(row["repo"] or "?", []).append(env_id)
+        own_bytes, reference_bytes = sum(sizes[d] for d in own), sum(sizes[d] for d in reference)
+        shared = reference_bytes / row["sharing"] if row["sharing"] else 0
+        gzipped.append({**row, "own_bytes": own_bytes, "reference_bytes": reference_bytes,
+                        "amortized_bytes": own_bytes + shared})
     if len(sizes) > measured:
         write_json_atomic(known, sizes)
-    means = []
-    for repo, group in sorted(by_repo.items()):
-        n = len(group)
-        amortized = sum(own + (ref / sharing if sharing else 0) for own, ref, sharing, _ in group) / n
-        envs = sum(env_bytes[env_id] for env_id in {g[3] for g in group})
-        means.append(GzipMeans(repo, n, sum(g[0] for g in group) / n, sum(g[0] + g[1] for g in group) / n,
-                               amortized, amortized + envs / n))
-    return means
+    return [GzipMeans(m.repo, m.instances, m.own, m.over_env, m.amortized,
+                      m.amortized + sum(env_bytes[e] for e in set(env_of[m.repo])) / m.instances)
+            for m in layer_means(gzipped)]
